@@ -1,0 +1,38 @@
+# Two entry points: `make run` and `make test`. Both create .venv on a fresh machine.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.installed-run
+STAMP_DEV := $(VENV)/.installed-dev
+
+.PHONY: run test lint typecheck pytest clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@ $(STAMP_RUN)
+
+run: $(STAMP_RUN)
+	$(BIN)/hycache conformance ../shared/conformance/*.json tests/conformance/*.json
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP_DEV)
+	$(BIN)/mypy
+
+pytest: $(STAMP_DEV)
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .mypy_cache .pytest_cache .ruff_cache

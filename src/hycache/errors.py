@@ -1,0 +1,58 @@
+"""The exception hierarchy of hycache.
+
+Typed errors are for problems a user can cause (bad input, bad configuration, a request that
+cannot fit). Internal invariants use ``assert`` instead and are never caught.
+
+    HycacheError
+    ├── ConfigError            bad configuration: unknown preset/knob, page size vs window, ...
+    │   └── SpecError          a model spec / HF config.json that cannot be understood
+    ├── InputError             bad data from a file: carries file, line and reason
+    │   └── ScenarioError      a malformed conformance scenario
+    ├── CacheUsageError        an operation the cache cannot honour as asked (unaligned position,
+    │                          a state beyond cached KV, touching a locked entry, ...)
+    └── CapacityError          memory cannot be found even after eviction
+"""
+
+from __future__ import annotations
+
+
+class HycacheError(Exception):
+    """Base class of every error hycache raises on purpose."""
+
+
+class ConfigError(HycacheError):
+    """A configuration value is invalid (unknown preset or knob, inconsistent sizes, ...)."""
+
+
+class SpecError(ConfigError):
+    """A model specification or HF config cannot be turned into a ModelSpec.
+
+    ``field`` names the missing or invalid field when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InputError(HycacheError):
+    """Malformed input data; the message names the file, the line (when known) and the reason."""
+
+    def __init__(self, path: str, reason: str, *, line: int | None = None) -> None:
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {reason}")
+        self.path = path
+        self.line = line
+        self.reason = reason
+
+
+class ScenarioError(InputError):
+    """A conformance scenario file that does not follow the documented format."""
+
+
+class CacheUsageError(HycacheError):
+    """The caller asked the cache for something it cannot do as asked."""
+
+
+class CapacityError(HycacheError):
+    """Memory could not be found for a request even after evicting everything evictable."""
