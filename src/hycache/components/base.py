@@ -1,0 +1,75 @@
+"""The component contract: one component per layer group, attached to the radix tree.
+
+The tree only knows token paths. Everything a layer group keeps (KV pages, states) lives in a
+component, in ``node.data[component.slot]``. A new kind of layer is a new component; the tree
+does not change. The tree calls:
+
+* ``fill(node)``         on every node an insert covers: make this component's data for the
+                         node's positions present (allocating), if the component keeps data for
+                         every inserted position (attention KV). Recurrent states are not filled
+                         here; they are put explicitly at node ends.
+* ``split(upper, lower)`` after a node ``[s, e)`` became ``upper [s, m)`` + ``lower [m, e)``;
+                         ``lower`` is the original node object and still holds the data.
+* ``release(node)``      drop this component's data on the node (freeing it); no-op if absent.
+* ``deepest_accepted(path, bound)``  the validator: the deepest page-aligned prefix length
+                         ``p <= bound`` this component can restore along ``path`` (nodes from the
+                         root down, the last possibly only partly matched). 0 always qualifies.
+* ``check_node(node)``   assert the component's invariants on one node.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from hycache.tree.node import Node
+
+
+class Component(ABC):
+    """Base class of the per-layer-group components. Subclasses set ``kind``."""
+
+    kind: ClassVar[str]
+    #: True when the component's data covers every inserted position (attention KV) and so
+    #: bounds the attention-only match length; False for checkpoint-style data (states).
+    bounds_kv: ClassVar[bool] = False
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name or self.kind
+        self._slot: int | None = None
+        self.page_size = 1
+
+    def bind(self, slot: int, page_size: int) -> None:
+        """Called once by the tree: where this component's data lives in ``node.data``."""
+        assert self._slot is None, f"component {self.name} is already bound to a tree"
+        self._slot = slot
+        self.page_size = page_size
+
+    @property
+    def slot(self) -> int:
+        assert self._slot is not None, f"component {self.name} is not bound to a tree"
+        return self._slot
+
+    def has(self, node: Node) -> bool:
+        """Whether this component holds data on ``node``."""
+        return node.data[self.slot] is not None
+
+    def fill(self, node: Node) -> bool:
+        """Make data present for the node's positions; return True if it was newly made."""
+        return False
+
+    @abstractmethod
+    def split(self, upper: Node, lower: Node) -> None: ...
+
+    @abstractmethod
+    def release(self, node: Node) -> None: ...
+
+    @abstractmethod
+    def deepest_accepted(self, path: Sequence[Node], bound: int) -> int: ...
+
+    def bytes_on(self, node: Node) -> int:
+        """Bytes this component holds on ``node`` (0 when the component is not sized)."""
+        return 0
+
+    def check_node(self, node: Node) -> None:
+        """Assert the component's invariants on ``node``."""

@@ -1,0 +1,60 @@
+"""RECURRENT: a fixed-size state, reusable only exactly where a checkpoint was copied.
+
+``node.data[slot]`` is the slot id of the state at prefix length ``node.end`` (the state after
+consuming the node's last token), or ``None``. States sit at node ends only: putting one inside
+an edge first splits the node there (the tree does that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from hycache.components.base import Component
+from hycache.memory.base import SlotStore
+from hycache.tree.node import Node
+
+
+class RecurrentComponent(Component):
+    kind: ClassVar[str] = "recurrent"
+
+    def __init__(
+        self, store: SlotStore, *, bytes_per_state: int = 0, name: str | None = None
+    ) -> None:
+        super().__init__(name)
+        self.store = store
+        self.bytes_per_state = bytes_per_state
+
+    def put(self, node: Node) -> bool:
+        """Store a state at ``node.end``; return True if it is new (False: already there)."""
+        slot = self.slot
+        if node.data[slot] is not None:
+            return False
+        node.data[slot] = self.store.alloc_slot()
+        return True
+
+    def split(self, upper: Node, lower: Node) -> None:
+        """The state stays with ``lower`` (it is at the original end); ``upper`` has none."""
+
+    def release(self, node: Node) -> None:
+        slot = self.slot
+        state: int | None = node.data[slot]
+        if state is not None:
+            node.data[slot] = None
+            self.store.free_slot(state)
+
+    def deepest_accepted(self, path: Sequence[Node], bound: int) -> int:
+        slot = self.slot
+        for i in range(len(path) - 1, -1, -1):
+            node = path[i]
+            if node.end <= bound and node.data[slot] is not None:
+                return node.end
+        return 0
+
+    def bytes_on(self, node: Node) -> int:
+        return 0 if node.data[self.slot] is None else self.bytes_per_state
+
+    def check_node(self, node: Node) -> None:
+        state = node.data[self.slot]
+        assert state is None or isinstance(state, int)
+        assert state is None or node.parent is not None, "a state on a root"

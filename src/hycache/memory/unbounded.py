@@ -1,0 +1,50 @@
+"""An unbounded, accounting-only store: ids from a counter, nothing ever refused."""
+
+from __future__ import annotations
+
+
+class UnboundedStore:
+    """Page and slot ids without a budget (unlimited-capacity simulation, tests, benchmarks).
+
+    Ids are never reused, so a stale id held by mistake can never alias live data.
+    """
+
+    def __init__(self) -> None:
+        self._next_page = 0
+        self._next_slot = 0
+        self._pages_in_use = 0
+        self._slots_in_use = 0
+
+    def alloc_pages(self, count: int) -> list[int]:
+        assert count >= 0
+        first = self._next_page
+        self._next_page += count
+        self._pages_in_use += count
+        return list(range(first, first + count))
+
+    def free_pages(self, pages: list[int]) -> None:
+        self._pages_in_use -= len(pages)
+        assert self._pages_in_use >= 0, "freed more pages than were allocated"
+
+    @property
+    def pages_in_use(self) -> int:
+        return self._pages_in_use
+
+    def alloc_slot(self) -> int:
+        slot = self._next_slot
+        self._next_slot += 1
+        self._slots_in_use += 1
+        return slot
+
+    def free_slot(self, slot: int) -> None:
+        assert 0 <= slot < self._next_slot
+        self._slots_in_use -= 1
+        assert self._slots_in_use >= 0, "freed more slots than were allocated"
+
+    @property
+    def slots_in_use(self) -> int:
+        return self._slots_in_use
+
+    def check_integrity(self) -> None:
+        assert 0 <= self._pages_in_use <= self._next_page
+        assert 0 <= self._slots_in_use <= self._next_slot

@@ -1,0 +1,153 @@
+"""A brute-force reference model of the cache's match semantics (DESIGN.md section 4).
+
+Obviously correct and slow: every cached position is a key ``(namespace, tokens[:q+1])`` in a
+plain set per component, every state a key ``(namespace, tokens[:p])``. No tree, no splits.
+Used by the differential tests to check :class:`hycache.tree.radix.RadixTree`.
+
+Choices the format leaves open, made here and in the tree alike:
+* dropping FULL KV keeps the other components' data on those positions;
+* a drop that touches a position covered by a lock raises CacheUsageError and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hycache.errors import CacheUsageError
+
+Key = tuple[str | None, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """One layer group of a scenario: kind "full" | "swa" | "recurrent", window for swa."""
+
+    kind: str
+    window: int | None = None
+
+
+class ReferenceCache:
+    def __init__(self, page_size: int, groups: Sequence[GroupConfig]) -> None:
+        self.page_size = page_size
+        self.groups = tuple(groups)
+        self.live: list[set[Key]] = [set() for _ in self.groups]  # KV / state per group
+        self.locks: dict[int, tuple[Key, int]] = {}
+        self._next_lock = 0
+
+    @staticmethod
+    def _key(namespace: str | None, tokens: Sequence[int], length: int) -> Key:
+        return (namespace, tuple(tokens[:length]))
+
+    def _aligned(self, n: int) -> int:
+        return n - n % self.page_size
+
+    def insert(
+        self, tokens: Sequence[int], states_at: Sequence[int] = (), namespace: str | None = None
+    ) -> None:
+        limit = self._aligned(len(tokens))
+        has_recurrent = any(g.kind == "recurrent" for g in self.groups)
+        for p in states_at:
+            if p <= 0 or p % self.page_size or p > limit or not has_recurrent:
+                raise CacheUsageError(f"cannot put a state at {p}")
+        for q in range(limit):
+            key = self._key(namespace, tokens, q + 1)
+            for group, live in zip(self.groups, self.live, strict=True):
+                if group.kind != "recurrent":
+                    live.add(key)
+        for p in states_at:
+            for group, live in zip(self.groups, self.live, strict=True):
+                if group.kind == "recurrent":
+                    live.add(self._key(namespace, tokens, p))
+
+    def _accepts(self, index: int, tokens: Sequence[int], p: int, ns: str | None) -> bool:
+        group, live = self.groups[index], self.live[index]
+        if p == 0 or group.kind == "full":
+            return True  # FULL is checked through kv_hit
+        if group.kind == "recurrent":
+            return self._key(ns, tokens, p) in live
+        assert group.window is not None
+        return all(
+            self._key(ns, tokens, q + 1) in live for q in range(max(0, p - group.window + 1), p)
+        )
+
+    def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]:
+        """(hit, kv_hit) for ``tokens``; a pure query."""
+        full = [i for i, g in enumerate(self.groups) if g.kind == "full"]
+        kv_hit = 0
+        for q in range(self._aligned(len(tokens))):
+            key = self._key(namespace, tokens, q + 1)
+            present = all(key in self.live[i] for i in full) if full else self._known(key)
+            if not present:
+                break
+            kv_hit = q + 1
+        kv_hit = self._aligned(kv_hit)
+        for p in range(kv_hit, -1, -self.page_size):
+            if all(self._accepts(i, tokens, p, namespace) for i in range(len(self.groups))):
+                return p, kv_hit
+        raise AssertionError("p = 0 always qualifies")
+
+    def _known(self, key: Key) -> bool:
+        """Without FULL, the attention-only length is the token path the cache still tracks:
+        a position is tracked while some data or lock sits at or below it on its path."""
+        ns, prefix = key
+        n = len(prefix)
+        for live in self.live:
+            for lns, lprefix in live:
+                if lns == ns and len(lprefix) >= n and lprefix[:n] == prefix:
+                    return True
+        return any(
+            lns == ns and len(lprefix) >= n and lprefix[:n] == prefix
+            for (lns, lprefix), _ in self.locks.values()
+        )
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, tokens: Sequence[int], length: int, namespace: str | None = None) -> int:
+        """Pin positions ``[0, length)`` of ``tokens``; returns a handle for unlock."""
+        handle = self._next_lock
+        self._next_lock += 1
+        self.locks[handle] = (self._key(namespace, tokens, length), length)
+        return handle
+
+    def unlock(self, handle: int) -> None:
+        del self.locks[handle]
+
+    def _locked(self, key: Key) -> bool:
+        ns, prefix = key
+        return any(
+            lns == ns and len(prefix) <= n and lprefix[: len(prefix)] == prefix
+            for (lns, lprefix), n in self.locks.values()
+        )
+
+    # ------------------------------------------------------------------ drops
+    def _drop(self, kind: str, keys: list[Key]) -> None:
+        indices = [i for i, g in enumerate(self.groups) if g.kind == kind]
+        if not indices:
+            raise CacheUsageError(f"no {kind} group")
+        hit = [k for k in keys if any(k in self.live[i] for i in indices)]
+        if any(self._locked(k) for k in hit):
+            raise CacheUsageError("drop touches a locked position")
+        for i in indices:
+            self.live[i].difference_update(keys)
+
+    def _check_aligned(self, *positions: int) -> None:
+        if any(p < 0 or p % self.page_size for p in positions):
+            raise CacheUsageError(f"positions {positions} are not page-aligned")
+
+    def drop_recurrent(self, tokens: Sequence[int], at: int, namespace: str | None = None) -> None:
+        self._check_aligned(at)
+        if at == 0:
+            raise CacheUsageError("no state at 0")
+        self._drop("recurrent", [self._key(namespace, tokens, at)])
+
+    def drop_swa(
+        self, tokens: Sequence[int], start: int, end: int, namespace: str | None = None
+    ) -> None:
+        self._check_aligned(start, end)
+        end = min(end, self._aligned(len(tokens)))
+        self._drop("swa", [self._key(namespace, tokens, q + 1) for q in range(start, end)])
+
+    def drop_full(self, tokens: Sequence[int], start: int, namespace: str | None = None) -> None:
+        self._check_aligned(start)
+        end = self._aligned(len(tokens))
+        self._drop("full", [self._key(namespace, tokens, q + 1) for q in range(start, end)])

@@ -1,0 +1,38 @@
+"""Results of tree operations (frozen, no sentinels)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hycache.tree.node import Node
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """What a pure lookup found.
+
+    ``matched``: page-aligned length of the token path present in the tree.
+    ``kv_hit``:  longest prefix every KV-bounding component (FULL) covers (``matched`` when the
+                 tree has no such component).
+    ``hit``:     deepest prefix length every component accepts (``hit <= kv_hit``): the
+                 reusable length. ``recompute`` = ``kv_hit - hit`` tokens matched but unusable.
+    ``path``:    the nodes walked from the root (the last may be matched only in part).
+    """
+
+    hit: int
+    kv_hit: int
+    matched: int
+    path: tuple[Node, ...]
+
+    @property
+    def recompute(self) -> int:
+        return self.kv_hit - self.hit
+
+    def node_ending_at(self, length: int) -> Node | None:
+        """The path node that ends exactly at ``length`` (None if the boundary is mid-edge)."""
+        for node in self.path:
+            if node.end == length:
+                return node
+            if node.end > length:
+                return None
+        return None
