@@ -73,7 +73,9 @@ class ScenarioTarget(Protocol):
         self, tokens: Sequence[int], start: int, end: int, namespace: str | None = None
     ) -> None: ...
 
-    def drop_full(self, tokens: Sequence[int], start: int, namespace: str | None = None) -> None: ...
+    def drop_full(
+        self, tokens: Sequence[int], start: int, namespace: str | None = None
+    ) -> None: ...
 
 
 TargetFactory = Callable[[int, Sequence[GroupConfig]], ScenarioTarget]
@@ -224,7 +226,8 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ScenarioError(name, f"bad JSON: {exc.msg} (column {exc.colno})", line=exc.lineno)
+        reason = f"bad JSON: {exc.msg} (column {exc.colno})"
+        raise ScenarioError(name, reason, line=exc.lineno) from None
     reader = _Reader(name)
     if not isinstance(raw, dict):
         raise reader.fail("top level: expected an object")
@@ -238,9 +241,7 @@ def load_scenario(path: str | Path) -> Scenario:
     if not isinstance(raw["steps"], list):
         raise reader.fail("steps: expected a list")
     kinds = {g.kind for g in groups}
-    steps = tuple(
-        reader.step(s, f"steps[{i}]", page, kinds) for i, s in enumerate(raw["steps"])
-    )
+    steps = tuple(reader.step(s, f"steps[{i}]", page, kinds) for i, s in enumerate(raw["steps"]))
     return Scenario(raw["name"], name, page, groups, steps)
 
 

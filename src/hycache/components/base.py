@@ -71,5 +71,6 @@ class Component(ABC):
         """Bytes this component holds on ``node`` (0 when the component is not sized)."""
         return 0
 
+    @abstractmethod
     def check_node(self, node: Node) -> None:
         """Assert the component's invariants on ``node``."""

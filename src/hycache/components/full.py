@@ -27,34 +27,34 @@ class PagedKVComponent(Component):
         slot = self.slot
         if node.data[slot] is not None:
             return False
-        node.data[slot] = self.store.alloc_pages(len(node.tokens) // self.page_size)
+        node.data[slot] = self.store.alloc_pages(node.length // self.page_size)
         return True
 
     def split(self, upper: Node, lower: Node) -> None:
         slot = self.slot
-        pages: list[int] | None = lower.data[slot]
+        pages: Sequence[int] | None = lower.data[slot]
         if pages is None:
             return
-        cut = len(upper.tokens) // self.page_size
+        cut = upper.length // self.page_size
         upper.data[slot] = pages[:cut]
         lower.data[slot] = pages[cut:]
 
     def release(self, node: Node) -> None:
         slot = self.slot
-        pages: list[int] | None = node.data[slot]
+        pages: Sequence[int] | None = node.data[slot]
         if pages is not None:
             node.data[slot] = None
             self.store.free_pages(pages)
 
     def bytes_on(self, node: Node) -> int:
-        pages: list[int] | None = node.data[self.slot]
+        pages: Sequence[int] | None = node.data[self.slot]
         return 0 if pages is None else len(pages) * self.bytes_per_page
 
     def check_node(self, node: Node) -> None:
-        pages: list[int] | None = node.data[self.slot]
+        pages: Sequence[int] | None = node.data[self.slot]
         if pages is not None:
-            assert len(pages) * self.page_size == len(node.tokens), (
-                f"{self.name}: {node} holds {len(pages)} pages for {len(node.tokens)} tokens"
+            assert len(pages) * self.page_size == node.length, (
+                f"{self.name}: {node} holds {len(pages)} pages for {node.length} tokens"
             )
 
     def deepest_accepted(self, path: Sequence[Node], bound: int) -> int:

@@ -14,15 +14,18 @@ out more bytes than its budget; ``check_integrity()`` asserts that.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
 class PageStore(Protocol):
-    """Hands out KV page ids. ``alloc_pages`` raises CapacityError when it cannot."""
+    """Hands out KV page ids. ``alloc_pages`` raises CapacityError when it cannot.
 
-    def alloc_pages(self, count: int) -> list[int]: ...
+    The ids come as any sliceable sequence (a ``range`` when they are contiguous)."""
 
-    def free_pages(self, pages: list[int]) -> None: ...
+    def alloc_pages(self, count: int) -> Sequence[int]: ...
+
+    def free_pages(self, pages: Sequence[int]) -> None: ...
 
     @property
     def pages_in_use(self) -> int: ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class UnboundedStore:
     """Page and slot ids without a budget (unlimited-capacity simulation, tests, benchmarks).
@@ -15,14 +17,14 @@ class UnboundedStore:
         self._pages_in_use = 0
         self._slots_in_use = 0
 
-    def alloc_pages(self, count: int) -> list[int]:
+    def alloc_pages(self, count: int) -> range:
         assert count >= 0
         first = self._next_page
         self._next_page += count
         self._pages_in_use += count
-        return list(range(first, first + count))
+        return range(first, first + count)
 
-    def free_pages(self, pages: list[int]) -> None:
+    def free_pages(self, pages: Sequence[int]) -> None:
         self._pages_in_use -= len(pages)
         assert self._pages_in_use >= 0, "freed more pages than were allocated"
 

@@ -103,7 +103,14 @@ class ReferenceCache:
 
     # ------------------------------------------------------------------ locks
     def lock(self, tokens: Sequence[int], length: int, namespace: str | None = None) -> int:
-        """Pin positions ``[0, length)`` of ``tokens``; returns a handle for unlock."""
+        """Pin positions ``[0, length)`` of ``tokens``; returns a handle for unlock.
+
+        ``length`` must be a positive page-aligned prefix length of ``tokens`` whose positions
+        the cache still tracks (else CacheUsageError, nothing pinned)."""
+        if length <= 0 or length % self.page_size or length > len(tokens):
+            raise CacheUsageError(f"cannot lock prefix length {length}")
+        if not self._known(self._key(namespace, tokens, length)):
+            raise CacheUsageError(f"prefix length {length} is not cached")
         handle = self._next_lock
         self._next_lock += 1
         self.locks[handle] = (self._key(namespace, tokens, length), length)
@@ -144,6 +151,8 @@ class ReferenceCache:
         self, tokens: Sequence[int], start: int, end: int, namespace: str | None = None
     ) -> None:
         self._check_aligned(start, end)
+        if end < start:
+            raise CacheUsageError(f"range [{start}, {end}) is reversed")
         end = min(end, self._aligned(len(tokens)))
         self._drop("swa", [self._key(namespace, tokens, q + 1) for q in range(start, end)])
 

@@ -57,11 +57,15 @@ class TreeTarget:
             if p <= 0 or p % page or p > cached or not recurrent:
                 raise CacheUsageError(f"cannot put a state at {p} (cached {cached})")
         token_list = list(tokens)
-        self.tree.insert(token_list, namespace)
+        path = self.tree.insert(token_list, namespace)
         for p in states_at:
             node = self.tree.split_at(token_list, p, namespace)
             for component in recurrent:
                 component.put(node)
+        if path:
+            # Without a KV component nothing fills the path: the part past the last state is
+            # an empty leaf (the reference keeps nothing there either), so prune it.
+            self.tree.prune(path[-1])
         self.check()
 
     def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]:

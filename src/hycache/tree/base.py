@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hycache.tree.keys import TokenKey
 from hycache.tree.node import Node
 
 
@@ -17,12 +18,18 @@ class MatchResult:
     ``hit``:     deepest prefix length every component accepts (``hit <= kv_hit``): the
                  reusable length. ``recompute`` = ``kv_hit - hit`` tokens matched but unusable.
     ``path``:    the nodes walked from the root (the last may be matched only in part).
+    ``key``/``namespace``/``tree_version``: what was looked up and the tree's structure
+                 version then; ``RadixTree.insert(..., after=result)`` uses them to skip
+                 re-comparing the matched path when nothing changed in between.
     """
 
     hit: int
     kv_hit: int
     matched: int
     path: tuple[Node, ...]
+    key: TokenKey
+    namespace: str | None
+    tree_version: int
 
     @property
     def recompute(self) -> int:

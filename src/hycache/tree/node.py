@@ -1,8 +1,8 @@
 """One node of the radix tree.
 
 Interval ownership: a node owns the token positions ``[start, end)`` of its path, i.e. the
-edge ``tokens`` from its parent. Every component keeps its data for those positions in
-``data[slot]`` (``None`` = absent). A recurrent state "at a node" is the state after
+edge ``key`` (encoded token ids, see :mod:`hycache.tree.keys`) from its parent. Every
+component keeps its data for those positions in ``data[slot]`` (``None`` = absent). A recurrent state "at a node" is the state after
 consuming position ``end - 1``, i.e. at prefix length ``end``::
 
     root [0,0) ── A [0,8) ── B [8,12)        state of B = state at prefix length 12
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hycache.tree.keys import TOKEN_BYTES, TokenKey, decode_tokens
+
 
 class Node:
     """A radix-tree node. Mutated only by :class:`hycache.tree.radix.RadixTree` and components."""
@@ -25,32 +27,42 @@ class Node:
         "data",
         "end",
         "hits",
+        "key",
         "last_access",
         "lock_ref",
         "namespace",
         "parent",
         "start",
-        "tokens",
     )
 
     def __init__(
         self,
         parent: Node | None,
-        tokens: list[int],
+        key: TokenKey,
         start: int,
         n_components: int,
         namespace: str | None,
     ) -> None:
         self.parent = parent
-        self.tokens = tokens
+        self.key = key
         self.start = start
-        self.end = start + len(tokens)
-        self.children: dict[tuple[int, ...], Node] = {}
+        self.end = start + len(key) // TOKEN_BYTES
+        self.children: dict[TokenKey, Node] = {}
         self.data: list[Any] = [None] * n_components
         self.lock_ref = 0
         self.namespace = namespace
         self.last_access = 0.0
         self.hits = 0
+
+    @property
+    def length(self) -> int:
+        """Number of tokens on the node's edge."""
+        return self.end - self.start
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The edge's token ids (decoded: for inspection, not for hot paths)."""
+        return decode_tokens(self.key)
 
     @property
     def is_root(self) -> bool:

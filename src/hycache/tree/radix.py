@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from hycache.components.base import Component
 from hycache.errors import CacheUsageError
 from hycache.tree.base import MatchResult
+from hycache.tree.keys import TOKEN_BYTES, TokenInput, TokenKey, encode_tokens
 from hycache.tree.node import Node
 
 
@@ -35,60 +36,62 @@ class RadixTree:
             component.bind(slot, page_size)
         self._kv_components = tuple(c for c in self.components if c.bounds_kv)
         self._roots: dict[str | None, Node] = {}
+        self._page_bytes = page_size * TOKEN_BYTES
+        self.version = 0  # bumped by every structural change (node added, split or removed)
 
     # ------------------------------------------------------------------ navigation
     def root(self, namespace: str | None) -> Node:
         """The root of ``namespace`` (created on first use)."""
         root = self._roots.get(namespace)
         if root is None:
-            root = Node(None, [], 0, len(self.components), namespace)
+            root = Node(None, b"", 0, len(self.components), namespace)
             self._roots[namespace] = root
         return root
 
-    def _common_length(self, edge: list[int], tokens: list[int], pos: int) -> int:
-        """Page-aligned length of the common prefix of ``edge`` and ``tokens[pos:]``."""
-        page = self.page_size
-        n = min(len(edge), len(tokens) - pos)
+    def _common_pages(self, edge: TokenKey, key: TokenKey, offset: int) -> int:
+        """Whole pages (in bytes) that ``edge`` and ``key[offset:]`` share at their start."""
+        page = self._page_bytes
+        n = min(len(edge), len(key) - offset)
         n -= n % page
         if n == len(edge):
-            if tokens[pos : pos + n] == edge:
+            if key[offset : offset + n] == edge:
                 return n
-        elif tokens[pos : pos + n] == edge[:n]:
+        elif key[offset : offset + n] == edge[:n]:
             return n
-        lo, hi = 0, n // page  # pages [0, lo) equal; [0, hi) not equal
+        lo, hi = 0, n // page  # the first lo pages are equal; the first hi are not
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if tokens[pos : pos + mid * page] == edge[: mid * page]:
+            if key[offset : offset + mid * page] == edge[: mid * page]:
                 lo = mid
             else:
                 hi = mid
         return lo * page
 
-    def walk(self, tokens: list[int], namespace: str | None = None) -> tuple[list[Node], int]:
-        """Follow ``tokens`` from the root: (nodes touched, page-aligned matched length)."""
-        page = self.page_size
+    def _walk(self, key: TokenKey, namespace: str | None) -> tuple[list[Node], int]:
+        """Follow ``key`` from the root: (nodes touched, page-aligned matched length in tokens).
+        The last node may be matched only in part."""
+        page = self._page_bytes
         node = self._roots.get(namespace)
         path: list[Node] = []
         if node is None:
             return path, 0
-        pos = 0
-        limit = len(tokens) - len(tokens) % page
-        while pos < limit:
-            child = node.children.get(tuple(tokens[pos : pos + page]))
+        offset = 0
+        limit = len(key) - len(key) % page
+        while offset < limit:
+            child = node.children.get(key[offset : offset + page])
             if child is None:
                 break
             path.append(child)
-            n = self._common_length(child.tokens, tokens, pos)
-            pos += n
-            if pos < child.end:
+            offset += self._common_pages(child.key, key, offset)
+            if offset < child.end * TOKEN_BYTES:
                 break
             node = child
-        return path, pos
+        return path, offset // TOKEN_BYTES
 
-    def match(self, tokens: Sequence[int], namespace: str | None = None) -> MatchResult:
+    def match(self, tokens: TokenInput, namespace: str | None = None) -> MatchResult:
         """Pure lookup: how much of ``tokens`` is reusable. Does not mutate anything."""
-        token_list = tokens if isinstance(tokens, list) else list(tokens)
-        path, matched = self.walk(token_list, namespace)
+        key = encode_tokens(tokens)
+        path, matched = self._walk(key, namespace)
         kv_hit = matched
         for component in self._kv_components:
             kv_hit = component.deepest_accepted(path, kv_hit)
@@ -100,65 +103,103 @@ class RadixTree:
             if candidate == hit:
                 break
             hit = candidate
-        return MatchResult(hit=hit, kv_hit=kv_hit, matched=matched, path=tuple(path))
+        return MatchResult(
+            hit=hit,
+            kv_hit=kv_hit,
+            matched=matched,
+            path=tuple(path),
+            key=key,
+            namespace=namespace,
+            tree_version=self.version,
+        )
 
     # ------------------------------------------------------------------ structure
     def _split(self, node: Node, at: int) -> Node:
         """Split ``node`` at absolute position ``at`` (start < at < end); return the new upper
         node ``[start, at)``. ``node`` keeps its identity as the lower part ``[at, end)``."""
         assert node.start < at < node.end and (at - node.start) % self.page_size == 0
+        self.version += 1
         parent = node.parent
         assert parent is not None
-        cut = at - node.start
-        upper = Node(parent, node.tokens[:cut], node.start, len(self.components), node.namespace)
+        page = self._page_bytes
+        cut = (at - node.start) * TOKEN_BYTES
+        upper = Node(parent, node.key[:cut], node.start, len(self.components), node.namespace)
         upper.lock_ref = node.lock_ref
         upper.last_access = node.last_access
         upper.hits = node.hits
-        parent.children[tuple(node.tokens[: self.page_size])] = upper
-        node.tokens = node.tokens[cut:]
+        parent.children[node.key[:page]] = upper
+        node.key = node.key[cut:]
         node.start = at
         node.parent = upper
-        upper.children[tuple(node.tokens[: self.page_size])] = node
+        upper.children[node.key[:page]] = node
         for component in self.components:
             component.split(upper, node)
         return upper
 
-    def insert(self, tokens: Sequence[int], namespace: str | None = None) -> list[Node]:
-        """Cache ``tokens`` (whole pages only): create or revive the path and ``fill`` every
-        component on it. Returns the path nodes, covering exactly ``[0, L)`` with
-        ``L = len(tokens)`` rounded down to pages. Mutates the tree."""
-        token_list = tokens if isinstance(tokens, list) else list(tokens)
-        page = self.page_size
-        limit = len(token_list) - len(token_list) % page
+    def insert(
+        self,
+        tokens: TokenInput,
+        namespace: str | None = None,
+        *,
+        length: int | None = None,
+        after: MatchResult | None = None,
+    ) -> list[Node]:
+        """Cache ``tokens[:length]`` (whole pages only): create or revive the path and ``fill``
+        every component on it. Returns the path nodes, covering exactly ``[0, L)`` with ``L``
+        the length rounded down to pages. Mutates the tree.
+
+        ``after``: a ``match`` result of the same tokens; when the tree's structure has not
+        changed since, its fully matched nodes are reused without comparing tokens again."""
+        key = encode_tokens(tokens)
+        page = self._page_bytes
+        limit = len(key) if length is None else min(length * TOKEN_BYTES, len(key))
+        limit -= limit % page
         node = self.root(namespace)
         path: list[Node] = []
-        pos = 0
-        while pos < limit:
-            key = tuple(token_list[pos : pos + page])
-            child = node.children.get(key)
+        offset = 0
+        if (
+            after is not None
+            and after.tree_version == self.version
+            and after.namespace == namespace
+            and (after.key is key or after.key == key)
+        ):
+            trusted_end = min(after.matched * TOKEN_BYTES, limit)
+            for trusted in after.path:
+                if trusted.end * TOKEN_BYTES > trusted_end:
+                    break
+                for component in self.components:
+                    component.fill(trusted)
+                path.append(trusted)
+                node = trusted
+                offset = trusted.end * TOKEN_BYTES
+        while offset < limit:
+            first_page = key[offset : offset + page]
+            child = node.children.get(first_page)
             if child is None:
-                child = Node(node, token_list[pos:limit], pos, len(self.components), namespace)
-                node.children[key] = child
+                position = offset // TOKEN_BYTES
+                child = Node(node, key[offset:limit], position, len(self.components), namespace)
+                node.children[first_page] = child
+                self.version += 1
             else:
-                n = self._common_length(child.tokens, token_list, pos)
-                if pos + n < child.end:
-                    child = self._split(child, pos + n)
+                offset_in = offset + self._common_pages(child.key, key, offset)
+                if offset_in < child.end * TOKEN_BYTES:
+                    child = self._split(child, offset_in // TOKEN_BYTES)
             for component in self.components:
                 component.fill(child)
             path.append(child)
             node = child
-            pos = child.end
+            offset = child.end * TOKEN_BYTES
         return path
 
-    def split_at(self, tokens: Sequence[int], length: int, namespace: str | None = None) -> Node:
+    def split_at(self, tokens: TokenInput, length: int, namespace: str | None = None) -> Node:
         """Make a node boundary at prefix ``length`` of ``tokens`` (which must be cached that
         deep) and return the node ending there. Mutates the tree (a split) when needed."""
         if length <= 0 or length % self.page_size:
             raise CacheUsageError(
                 f"position {length} must be a positive multiple of page_size {self.page_size}"
             )
-        token_list = tokens if isinstance(tokens, list) else list(tokens)
-        path, matched = self.walk(token_list[:length], namespace)
+        key = encode_tokens(tokens)
+        path, matched = self._walk(key[: length * TOKEN_BYTES], namespace)
         if matched < length:
             raise CacheUsageError(f"prefix length {length} is not cached (only {matched})")
         node = path[-1]
@@ -166,10 +207,14 @@ class RadixTree:
             node = self._split(node, length)
         return node
 
-    def nodes_on(self, tokens: Sequence[int], namespace: str | None = None) -> list[Node]:
-        """Nodes fully covered by the cached part of ``tokens`` (no split, no mutation)."""
-        token_list = tokens if isinstance(tokens, list) else list(tokens)
-        path, matched = self.walk(token_list, namespace)
+    def nodes_on(
+        self, tokens: TokenInput, namespace: str | None = None, *, length: int | None = None
+    ) -> list[Node]:
+        """Nodes fully covered by the cached part of ``tokens[:length]`` (no mutation)."""
+        key = encode_tokens(tokens)
+        if length is not None:
+            key = key[: length * TOKEN_BYTES]
+        path, matched = self._walk(key, namespace)
         return [node for node in path if node.end <= matched]
 
     # ------------------------------------------------------------------ locks
@@ -208,7 +253,8 @@ class RadixTree:
             and all(d is None for d in current.data)
         ):
             parent = current.parent
-            del parent.children[tuple(current.tokens[: self.page_size])]
+            del parent.children[current.key[: self._page_bytes]]
+            self.version += 1
             current.parent = None
             current = parent
 
@@ -226,6 +272,7 @@ class RadixTree:
             for component in self.components:
                 component.release(node)
         self._roots.clear()
+        self.version += 1
 
     # ------------------------------------------------------------------ inspection
     def namespaces(self) -> list[str | None]:
@@ -251,7 +298,7 @@ class RadixTree:
         """Assert every structural invariant of the tree and of every component's data."""
         page = self.page_size
         for namespace, root in self._roots.items():
-            assert root.parent is None and root.start == root.end == 0 and not root.tokens
+            assert root.parent is None and root.start == root.end == 0 and not root.key
             assert root.namespace == namespace and all(d is None for d in root.data)
             stack = [root]
             while stack:
@@ -260,11 +307,12 @@ class RadixTree:
                 for key, child in node.children.items():
                     assert child.parent is node, f"{child} has a wrong parent"
                     assert child.namespace == namespace
-                    assert len(child.tokens) > 0 and len(child.tokens) % page == 0
-                    assert key == tuple(child.tokens[:page]), f"{child} filed under a wrong key"
-                    assert child.start == node.end and child.end == child.start + len(child.tokens)
-                    assert child.children or child.lock_ref or any(
-                        d is not None for d in child.data
+                    assert child.length > 0 and child.length % page == 0
+                    assert len(child.key) == child.length * TOKEN_BYTES
+                    assert key == child.key[: self._page_bytes], f"{child} filed under a wrong key"
+                    assert child.start == node.end
+                    assert (
+                        child.children or child.lock_ref or any(d is not None for d in child.data)
                     ), f"empty leaf {child} was not pruned"
                     for component in self.components:
                         component.check_node(child)
@@ -277,7 +325,7 @@ class RadixTree:
     def release_range(
         self,
         component: Component,
-        tokens: Sequence[int],
+        tokens: TokenInput,
         start: int,
         end: int | None = None,
         namespace: str | None = None,
@@ -291,15 +339,15 @@ class RadixTree:
             raise CacheUsageError(
                 f"range [{start}, {end}) must be page-aligned (page_size {page}) and ordered"
             )
-        token_list = tokens if isinstance(tokens, list) else list(tokens)
-        _, matched = self.walk(token_list, namespace)
+        key = encode_tokens(tokens)
+        _, matched = self._walk(key, namespace)
         stop = matched if end is None else min(end, matched)
         if start >= stop:
             return 0
         if start > 0:
-            self.split_at(token_list, start, namespace)
-        self.split_at(token_list, stop, namespace)
-        targets = [n for n in self.nodes_on(token_list[:stop], namespace) if n.start >= start]
+            self.split_at(key, start, namespace)
+        self.split_at(key, stop, namespace)
+        targets = [n for n in self.nodes_on(key, namespace, length=stop) if n.start >= start]
         for node in targets:
             if node.lock_ref and component.has(node):
                 raise CacheUsageError(f"cannot drop {component.name} data of locked {node}")
@@ -313,7 +361,7 @@ class RadixTree:
     def release_state_at(
         self,
         component: Component,
-        tokens: Sequence[int],
+        tokens: TokenInput,
         length: int,
         namespace: str | None = None,
     ) -> bool:
@@ -323,8 +371,7 @@ class RadixTree:
             raise CacheUsageError(
                 f"position {length} must be a positive multiple of page_size {self.page_size}"
             )
-        token_list = tokens if isinstance(tokens, list) else list(tokens)
-        for node in self.nodes_on(token_list[:length], namespace):
+        for node in self.nodes_on(tokens, namespace, length=length):
             if node.end == length and component.has(node):
                 self.release(node, component)
                 return True

@@ -1,0 +1,42 @@
+"""Token keys: token ids as the tree stores and compares them.
+
+The tree keeps every edge as ``bytes`` of native int64 token ids. Slicing and comparing bytes is
+a memcmp, with no per-token Python object touched, which is what makes matching long prompts
+cheap. Callers may pass any sequence of ints (encoded once per call) or an already encoded key
+(``bytes``; an ``array('q')`` is encoded with one memcpy).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+
+#: Bytes per token id in a key.
+TOKEN_BYTES = 8
+
+TokenKey = bytes
+#: What the tree's methods accept: any sequence of ints, ``bytes`` meaning an encoded key.
+TokenInput = Sequence[int]
+
+
+def encode_tokens(tokens: TokenInput) -> TokenKey:
+    """``tokens`` as a key; ``bytes`` pass through unchanged (no copy)."""
+    if isinstance(tokens, bytes):
+        assert len(tokens) % TOKEN_BYTES == 0, "a token key must hold whole int64 ids"
+        return tokens
+    if isinstance(tokens, array):
+        assert tokens.itemsize == TOKEN_BYTES
+        return tokens.tobytes()
+    return array("q", tokens).tobytes()
+
+
+def decode_tokens(key: TokenKey) -> tuple[int, ...]:
+    """The token ids of ``key``."""
+    ids = array("q")
+    ids.frombytes(key)
+    return tuple(ids)
+
+
+def key_length(key: TokenKey) -> int:
+    """Number of tokens in ``key``."""
+    return len(key) // TOKEN_BYTES
