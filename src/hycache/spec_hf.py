@@ -16,6 +16,11 @@ else the model dtype. The conv window uses ``conv_dtype`` if given, else the sta
 hycache stores a layer's checkpoint in one precision (so Qwen3.5's ``mamba_ssm_dtype:
 float32`` makes state and conv fp32). Pass ``conv_dtype`` to model an engine that keeps the
 conv window in the model dtype.
+
+Conv windows are counted as ``kernel - 1`` columns (what a checkpoint must hold to resume, and
+what vLLM allocates); transformers' DynamicCache keeps ``kernel`` columns, i.e. k/(k-1) more.
+Recurrent states, KV bytes per token and projection / MLP parameter counts equal what
+transformers 5.24 builds for these configs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """A brute-force reference model of the cache's match semantics (DESIGN.md section 4).
 
-Obviously correct and slow: every cached position is a key ``(namespace, tokens[:q+1])`` in a
-plain set per component, every state a key ``(namespace, tokens[:p])``. No tree, no splits.
+Obviously correct and slow: every cached position is a key in a plain set per component, every
+state a key ``(namespace, tokens[:p])``. No tree, no splits. A position q is identified by its
+prefix (DESIGN.md section 4) taken to the end of q's page, ``tokens[:page_end(q)]``: KV is cached
+and dropped in whole pages, so two paths that diverge inside a page hold two different pages.
 Used by the differential tests to check :class:`hycache.tree.radix.RadixTree`.
 
 Choices the format leaves open, made here and in the tree alike:
@@ -39,6 +41,10 @@ class ReferenceCache:
     def _key(namespace: str | None, tokens: Sequence[int], length: int) -> Key:
         return (namespace, tuple(tokens[:length]))
 
+    def _pos(self, namespace: str | None, tokens: Sequence[int], q: int) -> Key:
+        """The key of position ``q``: its prefix to the end of its page."""
+        return self._key(namespace, tokens, (q // self.page_size + 1) * self.page_size)
+
     def _aligned(self, n: int) -> int:
         return n - n % self.page_size
 
@@ -51,7 +57,7 @@ class ReferenceCache:
             if p <= 0 or p % self.page_size or p > limit or not has_recurrent:
                 raise CacheUsageError(f"cannot put a state at {p}")
         for q in range(limit):
-            key = self._key(namespace, tokens, q + 1)
+            key = self._pos(namespace, tokens, q)
             for group, live in zip(self.groups, self.live, strict=True):
                 if group.kind != "recurrent":
                     live.add(key)
@@ -68,7 +74,7 @@ class ReferenceCache:
             return self._key(ns, tokens, p) in live
         assert group.window is not None
         return all(
-            self._key(ns, tokens, q + 1) in live for q in range(max(0, p - group.window + 1), p)
+            self._pos(ns, tokens, q) in live for q in range(max(0, p - group.window + 1), p)
         )
 
     def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]:
@@ -76,7 +82,7 @@ class ReferenceCache:
         full = [i for i, g in enumerate(self.groups) if g.kind == "full"]
         kv_hit = 0
         for q in range(self._aligned(len(tokens))):
-            key = self._key(namespace, tokens, q + 1)
+            key = self._pos(namespace, tokens, q)
             present = all(key in self.live[i] for i in full) if full else self._known(key)
             if not present:
                 break
@@ -154,9 +160,9 @@ class ReferenceCache:
         if end < start:
             raise CacheUsageError(f"range [{start}, {end}) is reversed")
         end = min(end, self._aligned(len(tokens)))
-        self._drop("swa", [self._key(namespace, tokens, q + 1) for q in range(start, end)])
+        self._drop("swa", [self._pos(namespace, tokens, q) for q in range(start, end)])
 
     def drop_full(self, tokens: Sequence[int], start: int, namespace: str | None = None) -> None:
         self._check_aligned(start)
         end = self._aligned(len(tokens))
-        self._drop("full", [self._key(namespace, tokens, q + 1) for q in range(start, end)])
+        self._drop("full", [self._pos(namespace, tokens, q) for q in range(start, end)])

@@ -2,8 +2,9 @@
 
 Interval ownership: a node owns the token positions ``[start, end)`` of its path, i.e. the
 edge ``key`` (encoded token ids, see :mod:`hycache.tree.keys`) from its parent. Every
-component keeps its data for those positions in ``data[slot]`` (``None`` = absent). A recurrent state "at a node" is the state after
-consuming position ``end - 1``, i.e. at prefix length ``end``::
+component keeps its data for those positions in ``data[slot]`` (``None`` = absent). A
+recurrent state "at a node" is the state after consuming position ``end - 1``, i.e. at prefix
+length ``end``::
 
     root [0,0) ── A [0,8) ── B [8,12)        state of B = state at prefix length 12
                         └─── C [8,16)        KV pages of C hold positions 8..15
