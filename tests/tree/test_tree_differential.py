@@ -151,8 +151,8 @@ def examples(draw: st.DrawFn, kinds: tuple[str, ...], page: int, max_len: int) -
 # ---------------------------------------------------------------------- model comparison
 def tree_content(target: TreeTarget) -> list[set[Key]]:
     """What the tree caches, in the reference's terms: per group, the set of keys
-    ``(namespace, prefix)`` (a KV position q is ``prefix = tokens[:q+1]``, a state at p is
-    ``tokens[:p]``)."""
+    ``(namespace, prefix)``. A KV position q is its prefix to the end of q's page (two paths
+    that diverge inside a page hold different pages), a state at p is ``tokens[:p]``."""
     tree = target.tree
     content: list[set[Key]] = [set() for _ in tree.components]
     for node in tree.iter_nodes():
@@ -166,7 +166,8 @@ def tree_content(target: TreeTarget) -> list[set[Key]]:
                 content[i].add((node.namespace, tuple(prefix)))
             else:
                 for q in range(node.start, node.end):
-                    content[i].add((node.namespace, tuple(prefix[: q + 1])))
+                    page_end = (q // tree.page_size + 1) * tree.page_size
+                    content[i].add((node.namespace, tuple(prefix[:page_end])))
     return content
 
 

@@ -58,3 +58,17 @@ class RecurrentComponent(Component):
         state = node.data[self.slot]
         assert state is None or isinstance(state, int)
         assert state is None or node.parent is not None, "a state on a root"
+
+    def adopt(self, node: Node, slot_id: int) -> bool:
+        """Store an already allocated state (slot ``slot_id``) at ``node.end``. Returns False
+        (and takes nothing) when the node already holds a state: the caller keeps its slot."""
+        slot = self.slot
+        if node.data[slot] is not None:
+            return False
+        node.data[slot] = slot_id
+        return True
+
+    def state_of(self, node: Node) -> int | None:
+        """The slot id of the state at ``node.end``, if any."""
+        state: int | None = node.data[self.slot]
+        return state

@@ -73,9 +73,7 @@ class ReferenceCache:
         if group.kind == "recurrent":
             return self._key(ns, tokens, p) in live
         assert group.window is not None
-        return all(
-            self._pos(ns, tokens, q) in live for q in range(max(0, p - group.window + 1), p)
-        )
+        return all(self._pos(ns, tokens, q) in live for q in range(max(0, p - group.window + 1), p))
 
     def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]:
         """(hit, kv_hit) for ``tokens``; a pure query."""
@@ -149,8 +147,8 @@ class ReferenceCache:
 
     def drop_recurrent(self, tokens: Sequence[int], at: int, namespace: str | None = None) -> None:
         self._check_aligned(at)
-        if at == 0:
-            raise CacheUsageError("no state at 0")
+        if at == 0 or at > len(tokens):
+            raise CacheUsageError(f"no state can sit at {at} of {len(tokens)} tokens")
         self._drop("recurrent", [self._key(namespace, tokens, at)])
 
     def drop_swa(

@@ -74,8 +74,8 @@ class TreeTarget:
 
     def drop_recurrent(self, tokens: Sequence[int], at: int, namespace: str | None = None) -> None:
         components = self._of_kind("recurrent")
-        if at <= 0 or at % self.tree.page_size:
-            raise CacheUsageError(f"no state can sit at {at}")
+        if at <= 0 or at % self.tree.page_size or at > len(tokens):
+            raise CacheUsageError(f"no state can sit at {at} of {len(tokens)} tokens")
         for node in self.tree.nodes_on(list(tokens)[:at], namespace):
             if node.end == at and node.lock_ref and any(c.has(node) for c in components):
                 raise CacheUsageError(f"state at {at} is locked")

@@ -1,0 +1,36 @@
+"""Admission: store every checkpoint, or only prefixes seen before (cache on second sighting).
+
+A branch checkpoint is admitted by both: the attention match that found the branch already is
+a second sighting of the prefix (vLLM's shared-prefix boundary hits from the third sighting).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from hycache.policy.base import AdmissionPolicy
+
+
+class AlwaysAdmit(AdmissionPolicy):
+    def admit(self, sighting: bytes, reason: str) -> bool:
+        return True
+
+
+class SecondSighting(AdmissionPolicy):
+    """Admit a checkpoint only if the same prefix was sighted before (a bounded LRU of digests,
+    ``memory`` entries)."""
+
+    def __init__(self, memory: int = 1 << 20) -> None:
+        self.memory = memory
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+
+    def admit(self, sighting: bytes, reason: str) -> bool:
+        if reason == "branch":
+            return True
+        if sighting in self._seen:
+            self._seen.move_to_end(sighting)
+            return True
+        self._seen[sighting] = None
+        if len(self._seen) > self.memory:
+            self._seen.popitem(last=False)
+        return False

@@ -1,0 +1,95 @@
+"""Policy contracts: where to checkpoint, what to admit, what to evict.
+
+Positions are prefix lengths in tokens. A *checkpoint* at p is a copy of the recurrent state
+after consuming p tokens, taken before the next chunk overwrites it.
+
+    prompt   [0 ........................................ n)   decode [n ...... n + out)
+    reused   [0 ...... start)  (the hit; start <= n - 1: the last prompt token is recomputed)
+    prefill              [start ... c1)[c1 ... c2) ... [ck ... n)     chunk ends c1 < c2 < ... < n
+    checkpoints                     ^c1         ^c2                    a subset of chunk ends
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hycache.cache import HybridPrefixCache
+    from hycache.components.base import Component
+    from hycache.tree.node import Node
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A planned state copy at ``position``; ``reason`` says which rule asked for it:
+    "chunk", "prompt_end", "branch", "interval", "decode" or "final"."""
+
+    position: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """What a checkpoint policy sees when a request is admitted."""
+
+    prompt_len: int
+    start: int  # reused prefix length: prefill starts here
+    kv_hit: int  # attention-only match (page-aligned, capped at prompt_len - 1)
+    page_size: int
+    token_budget: int | None  # max tokens per prefill chunk; None = one chunk
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    """Chunk ends (increasing, the last is ``prompt_len``) and the checkpoints to take: prefill
+    checkpoints are chunk ends; decode checkpoints are positions past the prompt."""
+
+    chunk_ends: tuple[int, ...]
+    checkpoints: tuple[Checkpoint, ...]
+    keep_final_state: bool  # donate the running state at the end of the request
+
+
+class CheckpointPolicy(ABC):
+    """Decides where states are copied. Pure: no cache mutation."""
+
+    #: grid the recurrent group's states must land on to be publishable (None: any page)
+    state_grid: int | None = None
+
+    @abstractmethod
+    def plan(self, request: PlanInput) -> PrefillPlan: ...
+
+
+class AdmissionPolicy(ABC):
+    """Decides, at finish, whether a checkpoint is stored. May remember what it has seen."""
+
+    @abstractmethod
+    def admit(self, sighting: bytes, reason: str) -> bool:
+        """``sighting``: a digest of (namespace, prefix up to the checkpoint)."""
+
+
+class EvictionPolicy(ABC):
+    """Chooses victims. The cache calls the hooks; ``victims`` yields (node, component) pairs
+    to evict, best first, until the cache has freed enough; it must skip locked nodes."""
+
+    def attach(self, cache: HybridPrefixCache) -> None:
+        self.cache = cache
+
+    @abstractmethod
+    def on_insert(self, node: Node, component: Component) -> None:
+        """``component`` got new data on ``node`` (now = ``cache.clock``)."""
+
+    @abstractmethod
+    def on_hit(self, path: list[Node], used: Node | None) -> None:
+        """A request reused ``path`` (root to the hit); ``used`` holds the state it copied."""
+
+    @abstractmethod
+    def next_victim(self, resource: str) -> tuple[Node, Component] | None:
+        """The next entry to evict that frees bytes of ``resource`` (None: nothing left)."""
+
+    @abstractmethod
+    def end_round(self) -> None:
+        """The cache freed enough (or gave up): entries skipped this round become candidates
+        again."""

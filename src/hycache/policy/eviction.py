@@ -1,0 +1,175 @@
+"""Heap-based eviction: vLLM's global LRU, SGLang's per-component LRU, hycache's GDSF.
+
+Every cached entry is a (node, component) pair. A policy gives each entry a *key*; the entry
+with the smallest key goes first. Keys live in one lazy min-heap per pool resource: updating a
+key pushes a new heap entry and the old one is skipped when popped. An entry that cannot go now
+(locked node, attention KV on a non-leaf) is set aside until the round ends.
+
+Eligibility is shared by all: attention KV only leaves a leaf (removing the node with all its
+data); a state can leave any node (an internal node keeps its KV: a tombstone).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import TYPE_CHECKING
+
+from hycache.components.base import Component
+from hycache.components.recurrent import RecurrentComponent
+from hycache.policy.base import EvictionPolicy
+from hycache.tree.node import Node
+
+if TYPE_CHECKING:
+    from hycache.cache import HybridPrefixCache
+
+Key = tuple[float, ...]
+Entry = tuple[Key, int, Node, int]
+
+
+class HeapEviction(EvictionPolicy):
+    """Base: subclasses define ``key(node, component)`` and which entries a hit refreshes."""
+
+    #: refresh the whole hit path (True) or only the node whose state was used (False) for
+    #: recurrent entries; attention KV entries on the path are always refreshed.
+    refresh_state_path: bool = True
+
+    def __init__(self, *, session_aware: bool = False) -> None:
+        self.session_aware = session_aware
+        self._heaps: dict[str, list[Entry]] = {}
+        self._current: dict[tuple[Node, int], Key] = {}
+        self._stash: list[tuple[str, Entry]] = []
+        self._seq = itertools.count()
+
+    def attach(self, cache: HybridPrefixCache) -> None:
+        super().attach(cache)
+        self._resource = {c.slot: cache.pool.resource_of(c.kind) for c in cache.tree.components}
+
+    # ------------------------------------------------------------------ keys
+    def key(self, node: Node, component: Component) -> Key:
+        raise NotImplementedError
+
+    def _full_key(self, node: Node, component: Component) -> Key:
+        base = self.key(node, component)
+        if self.session_aware:
+            return (1.0 if self.cache.is_live(node) else 0.0, *base)
+        return base
+
+    def _push(self, node: Node, component: Component) -> None:
+        key = self._full_key(node, component)
+        self._current[(node, component.slot)] = key
+        heap = self._heaps.setdefault(self._resource[component.slot], [])
+        heapq.heappush(heap, (key, next(self._seq), node, component.slot))
+
+    # ------------------------------------------------------------------ hooks
+    def on_insert(self, node: Node, component: Component) -> None:
+        self._push(node, component)
+
+    def on_hit(self, path: list[Node], used: Node | None) -> None:
+        for node in path:
+            for component in self.cache.tree.components:
+                if not component.has(node):
+                    continue
+                if isinstance(component, RecurrentComponent) and not (
+                    self.refresh_state_path or node is used
+                ):
+                    continue
+                self.touch(node, component)
+                self._push(node, component)
+
+    def touch(self, node: Node, component: Component) -> None:
+        """Update what ``key`` depends on for a refreshed entry (recency, frequency)."""
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        """Called after an entry was chosen (GDSF inflates its clock here)."""
+
+    def next_victim(self, resource: str) -> tuple[Node, Component] | None:
+        heap = self._heaps.get(resource)
+        components = self.cache.tree.components
+        while heap:
+            entry = heapq.heappop(heap)
+            key, _, node, slot = entry
+            ident = (node, slot)
+            current = self._current.get(ident)
+            if current is None or current != key:
+                continue  # superseded by a newer key, or already gone
+            component = components[slot]
+            if node.parent is None or not component.has(node):
+                del self._current[ident]
+                continue
+            if self.session_aware and (key[0] == 1.0) != self.cache.is_live(node):
+                self._push(node, component)  # liveness changed: re-file
+                continue
+            if node.lock_ref or (not isinstance(component, RecurrentComponent) and node.children):
+                self._stash.append((resource, entry))
+                continue
+            del self._current[ident]
+            self.evicted(node, component, key)
+            return node, component
+        return None
+
+    def end_round(self) -> None:
+        for resource, entry in self._stash:
+            heapq.heappush(self._heaps[resource], entry)
+        self._stash.clear()
+
+
+class LRUEviction(HeapEviction):
+    """Least recently used first; ties go tail-first (deeper entries first), as vLLM's free
+    queue frees a request's blocks in reverse order. ``refresh_state_path=False`` gives
+    SGLang's per-component LRU, which refreshes only the state actually used."""
+
+    def __init__(self, *, refresh_state_path: bool = True, session_aware: bool = False) -> None:
+        super().__init__(session_aware=session_aware)
+        self.refresh_state_path = refresh_state_path
+        self._stamp: dict[tuple[Node, int], int] = {}
+
+    def touch(self, node: Node, component: Component) -> None:
+        self._stamp[(node, component.slot)] = self.cache.clock
+
+    def on_insert(self, node: Node, component: Component) -> None:
+        self.touch(node, component)
+        super().on_insert(node, component)
+
+    def key(self, node: Node, component: Component) -> Key:
+        stamp = self._stamp.get((node, component.slot), 0)
+        return (float(stamp), float(-node.end))
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        self._stamp.pop((node, component.slot), None)
+
+
+class GDSFEviction(HeapEviction):
+    """GreedyDual-Size-Frequency: key = L + frequency * cost / size, where cost is the prefill
+    compute the entry saves (the edge's tokens for KV; the tokens back to the previous state on
+    the path for a state), size its bytes, and L the key of the last victim (aging)."""
+
+    def __init__(self, *, session_aware: bool = False) -> None:
+        super().__init__(session_aware=session_aware)
+        self._clock = 0.0
+        self._freq: dict[tuple[Node, int], int] = {}
+
+    def touch(self, node: Node, component: Component) -> None:
+        ident = (node, component.slot)
+        self._freq[ident] = self._freq.get(ident, 1) + 1
+
+    def key(self, node: Node, component: Component) -> Key:
+        cache = self.cache
+        size = component.bytes_on(node)
+        if isinstance(component, RecurrentComponent):
+            previous = 0
+            parent = node.parent
+            while parent is not None and parent.parent is not None:
+                if component.has(parent):
+                    previous = parent.end
+                    break
+                parent = parent.parent
+            cost = cache.spec.prefill_flops(previous, node.end - previous)
+        else:
+            cost = cache.spec.prefill_flops(node.start, node.length)
+        frequency = self._freq.get((node, component.slot), 1)
+        return (self._clock + frequency * cost / max(size, 1),)
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        self._clock = max(self._clock, key[-1])
+        self._freq.pop((node, component.slot), None)

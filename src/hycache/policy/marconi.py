@@ -1,0 +1,110 @@
+"""Marconi's FLOP-aware eviction and its one-time bootstrap search of alpha.
+
+Candidates are nodes with at most one child. Utility = alpha * norm(FLOPs saved / bytes) +
+norm(recency), min-max normalised over the candidates; the lowest goes. Evicting a leaf
+removes it (KV and state); evicting a single-child node drops its state (its KV stays, the
+child needs it). A lookup refreshes only the deepest matched node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hycache.components.base import Component
+from hycache.components.recurrent import RecurrentComponent
+from hycache.policy.base import EvictionPolicy
+from hycache.tree.node import Node
+
+ALPHA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21))
+
+
+def _normalise(values: list[float]) -> list[float]:
+    lo, hi = min(values), max(values)
+    if hi <= lo:
+        return [0.0 for _ in values]
+    return [(v - lo) / (hi - lo) for v in values]
+
+
+class MarconiEviction(EvictionPolicy):
+    """One scan per eviction round ranks every candidate; the round evicts in that order."""
+
+    def __init__(self, alpha: float = 1.0) -> None:
+        self.alpha = alpha
+        self._stamp: dict[Node, int] = {}
+        self._ranked: list[tuple[Node, Component]] = []
+        self._ranked_for: str | None = None
+
+    def on_insert(self, node: Node, component: Component) -> None:
+        self._stamp[node] = self.cache.clock
+
+    def on_hit(self, path: list[Node], used: Node | None) -> None:
+        if path:
+            self._stamp[path[-1]] = self.cache.clock
+
+    def _rank(self, resource: str) -> list[tuple[Node, Component]]:
+        cache = self.cache
+        recurrent = next(
+            (c for c in cache.tree.components if isinstance(c, RecurrentComponent)), None
+        )
+        nodes: list[Node] = []
+        victims: list[Component] = []
+        for node in cache.tree.iter_nodes():
+            if node.lock_ref or len(node.children) > 1:
+                continue
+            if node.children:
+                if recurrent is None or not recurrent.has(node):
+                    continue
+                victim: Component = recurrent
+            else:
+                held = [c for c in cache.tree.components if c.has(node)]
+                if not held:
+                    continue
+                victim = next((c for c in held if c is not recurrent), held[0])
+            if cache.pool.resource_of(victim.kind) != resource and not (
+                victim is not recurrent and recurrent is not None and recurrent.has(node)
+            ):
+                continue
+            nodes.append(node)
+            victims.append(victim)
+        if not nodes:
+            return []
+        efficiency = []
+        for node in nodes:
+            size = sum(c.bytes_on(node) for c in cache.tree.components) or 1
+            efficiency.append(cache.spec.prefill_flops(node.start, node.length) / size)
+        recency = [float(self._stamp.get(node, 0)) for node in nodes]
+        utility = [
+            self.alpha * e + r
+            for e, r in zip(_normalise(efficiency), _normalise(recency), strict=True)
+        ]
+        order = sorted(range(len(nodes)), key=lambda i: (utility[i], -nodes[i].end))
+        return [(nodes[i], victims[i]) for i in order]
+
+    def next_victim(self, resource: str) -> tuple[Node, Component] | None:
+        if self._ranked_for != resource:
+            self._ranked = self._rank(resource)[::-1]
+            self._ranked_for = resource
+        while self._ranked:
+            node, component = self._ranked.pop()
+            if node.parent is None or not component.has(node) or node.lock_ref:
+                continue
+            if not isinstance(component, RecurrentComponent) and node.children:
+                continue
+            return node, component
+        self._ranked_for = None
+        return None
+
+    def end_round(self) -> None:
+        self._ranked = []
+        self._ranked_for = None
+
+
+def tune_alpha(
+    replay: Callable[[float], float], grid: Sequence[float] = ALPHA_GRID
+) -> tuple[float, dict[float, float]]:
+    """Marconi's one-time bootstrap: ``replay(alpha)`` replays the bootstrap window with that
+    alpha and returns the FLOPs saved; the best alpha wins (ties: the smallest). Returns the
+    chosen alpha and every alpha's score."""
+    scores = {alpha: replay(alpha) for alpha in grid}
+    best = max(scores, key=lambda a: (scores[a], -a))
+    return best, scores
