@@ -5,7 +5,11 @@ recurrent state there; unlimited capacity. Only the match and insert calls are t
 and expanding the trace is not). Hash id h expands to tokens h*512 .. h*512+511; the last block
 holds the remainder of input_length.
 
-    python benchmarks/tree_ops.py [TRACE] [--page-size 16]
+    python benchmarks/tree_ops.py [TRACE] [--page-size 16] [--input key|list]
+
+``--input key`` (default) hands the tree its native int64 key (bytes, as an engine holding
+token ids in an array would); ``--input list`` hands it Python lists of ints, so the timed
+calls include encoding them.
 
 The last line is machine-readable:
     tree_ops: requests=N tokens=T match_s=X insert_s=Y reused=R kv_hit=K
@@ -22,7 +26,7 @@ from pathlib import Path
 from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.memory.unbounded import UnboundedStore
-from hycache.tree.keys import encode_tokens, key_length
+from hycache.tree.keys import decode_tokens, encode_tokens, key_length
 from hycache.tree.radix import RadixTree
 
 BLOCK = 512
@@ -46,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", nargs="?", default=str(DEFAULT_TRACE))
     parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--input", choices=("key", "list"), default="key")
     args = parser.parse_args()
 
     store = UnboundedStore()
@@ -58,14 +63,15 @@ def main() -> None:
     with open(args.trace, encoding="utf-8") as trace:
         for line in trace:
             record = json.loads(line)
-            tokens = expand(record["hash_ids"], record["input_length"])
-            n_tokens = key_length(tokens)
+            key = expand(record["hash_ids"], record["input_length"])
+            n_tokens = key_length(key)
+            tokens: bytes | list[int] = key if args.input == "key" else list(decode_tokens(key))
             cached = n_tokens - n_tokens % BLOCK
             t0 = clock()
             result = tree.match(tokens)
             t1 = clock()
             if cached:
-                path = tree.insert(tokens, length=cached, after=result)
+                path = tree.insert(result.key, length=cached, after=result)
                 recurrent.put(path[-1])
             t2 = clock()
             match_s += t1 - t0

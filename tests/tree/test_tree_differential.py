@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from hycache.errors import CacheUsageError
@@ -204,6 +204,10 @@ class Pair:
         t = _outcome(tree_fn)
         r = _outcome(ref_fn)
         assert t[0] == r[0], f"{name}: tree {t} but reference {r}"
+        kind = name.split("(")[0]
+        event(f"{kind}: {t[0]}")
+        if t[0] == "error" and "lock" in str(t[1]) and kind != "lock":
+            event(f"{kind}: refused by a lock")
         return t[0]
 
 
