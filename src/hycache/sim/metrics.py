@@ -1,0 +1,97 @@
+"""What one replay measured, and how it is summarised."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass
+class Recorder:
+    """Mutable accumulation during a replay."""
+
+    ttft_s: list[float] = field(default_factory=list)
+    flops_saved: float = 0.0
+    prefill_flops: float = 0.0
+    kv_bytes_peak: int = 0
+    state_bytes_peak: int = 0
+    used_bytes_peak: int = 0
+    overrun_bytes: int = 0
+    rejected: int = 0
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, kv, state)
+
+    def sample(self, now: float, kv: int, state: int, used: int, budget: int) -> None:
+        self.kv_bytes_peak = max(self.kv_bytes_peak, kv)
+        self.state_bytes_peak = max(self.state_bytes_peak, state)
+        self.used_bytes_peak = max(self.used_bytes_peak, used)
+        self.overrun_bytes = max(self.overrun_bytes, used - budget)
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """One policy's replay. Rates are fractions of prompt tokens (or requests)."""
+
+    policy: str
+    mode: str
+    capacity_bytes: int
+    requests: int
+    prompt_tokens: int
+    token_hit_rate: float
+    kv_hit_rate: float
+    request_hit_rate: float
+    recompute_tokens: int
+    prefill_flops_saved: float
+    prefill_flops: float
+    ttft_p50_s: float
+    ttft_p95_s: float
+    ttft_mean_s: float
+    peak_bytes: int
+    capacity_overrun_bytes: int
+    kv_bytes_peak: int
+    state_bytes_peak: int
+    evictions: int
+    padding_waste_bytes: int
+    states_inserted: int
+    checkpoints_skipped: int
+    offgrid_dropped: int
+    waits: int
+    wall_s: float
+    knobs: dict[str, object]
+    timeline: tuple[tuple[float, int, int], ...] = ()
+    ttft_samples: tuple[float, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        """The fields the ``--json`` report promises, plus context."""
+        return {
+            "token_hit_rate": self.token_hit_rate,
+            "kv_hit_rate": self.kv_hit_rate,
+            "request_hit_rate": self.request_hit_rate,
+            "recompute_tokens": self.recompute_tokens,
+            "prefill_flops_saved": self.prefill_flops_saved,
+            "ttft_p50_s": self.ttft_p50_s,
+            "ttft_p95_s": self.ttft_p95_s,
+            "peak_bytes": self.peak_bytes,
+            "capacity_overrun_bytes": self.capacity_overrun_bytes,
+            "kv_bytes_peak": self.kv_bytes_peak,
+            "state_bytes_peak": self.state_bytes_peak,
+            "evictions": self.evictions,
+            "wall_s": self.wall_s,
+            "mode": self.mode,
+            "capacity_bytes": self.capacity_bytes,
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "padding_waste_bytes": self.padding_waste_bytes,
+            "states_inserted": self.states_inserted,
+            "waits": self.waits,
+            "knobs": self.knobs,
+        }

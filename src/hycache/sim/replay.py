@@ -1,0 +1,248 @@
+"""Replaying requests through a ``HybridPrefixCache``: ``serial`` and ``engine`` modes.
+
+``serial`` (Marconi's simulator semantics): each request looks up, then its input and output
+are inserted at once; logical time; TTFT = the prefill time of the non-reused tokens alone.
+
+``engine``: a discrete-event model of one serving instance. Requests arrive at their trace
+times and wait in FIFO order; a step admits what memory allows, decodes one token for every
+decoding request and fills the rest of the token budget with prefill chunks, each cut at the
+chunk ends the cache planned (a state is copied there before the next chunk runs). Requests in
+flight hold their locks and memory; a request that does not fit waits. A step lasts
+``CostModel.step_time``; while only decodes run, steps are advanced in bulk up to the next
+event (an arrival, a finish or a planned checkpoint).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from hycache.cache import HybridPrefixCache
+from hycache.lease import Lease, Wait
+from hycache.sim.cost import CostModel
+from hycache.sim.metrics import PolicyResult, Recorder, percentile
+from hycache.sim.request import Request
+
+Tick = Callable[[], None]
+
+
+def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
+    stats = cache.pool
+    kv = sum(stats.units[c.kind] * stats.unit_bytes(c.kind) for c in cache.kv_components)
+    state = stats.units.get("recurrent", 0) * stats.unit_bytes("recurrent") if cache.recurrent else 0
+    rec.sample(now, kv, state, stats.used_bytes, stats.budget_bytes)
+    if keep:
+        rec.timeline.append((now, kv, state))
+
+
+def _result(
+    cache: HybridPrefixCache, rec: Recorder, mode: str, wall: float, knobs: dict[str, object]
+) -> PolicyResult:
+    s = cache.stats()
+    return PolicyResult(
+        policy=cache.name,
+        mode=mode,
+        capacity_bytes=s.budget_bytes,
+        requests=s.requests,
+        prompt_tokens=s.prompt_tokens,
+        token_hit_rate=s.token_hit_rate,
+        kv_hit_rate=s.kv_hit_rate,
+        request_hit_rate=s.requests_hit / s.requests if s.requests else 0.0,
+        recompute_tokens=s.recompute_tokens,
+        prefill_flops_saved=rec.flops_saved,
+        prefill_flops=rec.prefill_flops,
+        ttft_p50_s=percentile(rec.ttft_s, 50),
+        ttft_p95_s=percentile(rec.ttft_s, 95),
+        ttft_mean_s=sum(rec.ttft_s) / len(rec.ttft_s) if rec.ttft_s else 0.0,
+        peak_bytes=max(rec.used_bytes_peak, s.peak_bytes),
+        capacity_overrun_bytes=max(0, rec.overrun_bytes, s.peak_bytes - s.budget_bytes),
+        kv_bytes_peak=rec.kv_bytes_peak,
+        state_bytes_peak=rec.state_bytes_peak,
+        evictions=sum(s.evictions.values()),
+        padding_waste_bytes=s.padding_waste_bytes,
+        states_inserted=s.states_inserted,
+        checkpoints_skipped=s.checkpoints_skipped,
+        offgrid_dropped=s.offgrid_dropped,
+        waits=s.waits,
+        wall_s=wall,
+        knobs=knobs,
+        timeline=tuple(rec.timeline),
+        ttft_samples=tuple(rec.ttft_s),
+    )
+
+
+def _account(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
+    spec = cache.spec
+    rec.flops_saved += spec.prefill_flops(0, lease.hit)
+    rec.prefill_flops += spec.prefill_flops(lease.hit, lease.prompt_len - lease.hit)
+
+
+def replay_serial(
+    cache: HybridPrefixCache,
+    requests: Iterable[Request],
+    cost: CostModel,
+    *,
+    knobs: dict[str, object] | None = None,
+    tick: Tick | None = None,
+    timeline_every: int = 50,
+) -> PolicyResult:
+    """Look up, then insert input and output at once, request after request."""
+    rec = Recorder()
+    start = time.perf_counter()
+    for index, request in enumerate(requests):
+        lease = cache.admit(
+            request.prompt,
+            max_new_tokens=request.output_len,
+            namespace=request.namespace,
+            session=request.session,
+        )
+        assert not isinstance(lease, Wait), "serial replay holds nothing in flight"
+        cache.record_planned(lease, up_to=request.prompt_len)
+        if request.output_len:
+            cache.extend(lease, request.output)
+            cache.record_planned(lease)
+        cache.finish(lease)
+        _account(cache, rec, lease)
+        rec.ttft_s.append(cost.prefill_time(lease.hit, lease.prompt_len - lease.hit))
+        _sample(cache, rec, float(index), index % timeline_every == 0)
+        if tick is not None:
+            tick()
+    return _result(cache, rec, "serial", time.perf_counter() - start, knobs or {})
+
+
+@dataclass
+class _Flight:
+    request: Request
+    lease: Lease
+    position: int  # tokens with KV so far (prompt prefix, then prompt + generated)
+    checkpoints: list[int]
+    reasons: dict[int, str]
+    chunk_ends: list[int]
+    generated: int = 0
+    done_prefill: bool = False
+    next_checkpoint: int = 0
+    pieces: list[tuple[int, int]] = field(default_factory=list)
+
+    def record_due(self, cache: HybridPrefixCache) -> None:
+        """Copy states at every planned checkpoint the request has just reached."""
+        while (
+            self.next_checkpoint < len(self.checkpoints)
+            and self.checkpoints[self.next_checkpoint] <= self.position
+        ):
+            point = self.checkpoints[self.next_checkpoint]
+            if point == self.position:
+                cache.record_checkpoint(self.lease, point, self.reasons[point])
+            self.next_checkpoint += 1
+
+    def steps_to_next_checkpoint(self) -> int:
+        if self.next_checkpoint < len(self.checkpoints):
+            return self.checkpoints[self.next_checkpoint] - self.position
+        return 1 << 60
+
+
+def replay_engine(
+    cache: HybridPrefixCache,
+    requests: Iterable[Request],
+    cost: CostModel,
+    *,
+    token_budget: int = 8192,
+    max_running: int = 256,
+    knobs: dict[str, object] | None = None,
+    tick: Tick | None = None,
+) -> PolicyResult:
+    """Discrete-event replay of one serving instance (see the module docstring)."""
+    rec = Recorder()
+    start = time.perf_counter()
+    source = iter(requests)
+    pending = next(source, None)
+    waiting: deque[Request] = deque()
+    running: list[_Flight] = []
+    now = 0.0
+    steps = 0
+    while pending is not None or waiting or running:
+        while pending is not None and pending.arrival_s <= now:
+            waiting.append(pending)
+            pending = next(source, None)
+        if not waiting and not running:
+            assert pending is not None
+            now = pending.arrival_s
+            continue
+        while waiting and len(running) < max_running:
+            request = waiting[0]
+            lease = cache.admit(
+                request.prompt,
+                max_new_tokens=request.output_len,
+                namespace=request.namespace,
+                session=request.session,
+                token_budget=token_budget,
+            )
+            if isinstance(lease, Wait):
+                break
+            waiting.popleft()
+            points = sorted({p.position for p in lease.plan.checkpoints})
+            reasons = {p.position: p.reason for p in lease.plan.checkpoints}
+            flight = _Flight(request, lease, lease.hit, points, reasons, list(lease.plan.chunk_ends))
+            flight.record_due(cache)
+            running.append(flight)
+            _account(cache, rec, lease)
+        if not running:
+            raise AssertionError("nothing runs yet requests wait: memory accounting leaked")
+        prefill: list[tuple[int, int]] = []
+        decoding = [f for f in running if f.done_prefill]
+        budget = token_budget - len(decoding)
+        prefilling = [f for f in running if not f.done_prefill]
+        for flight in prefilling:
+            if budget <= 0:
+                break
+            ends = flight.chunk_ends
+            nxt = ends[bisect.bisect_right(ends, flight.position)]
+            target = min(nxt, flight.position + budget)
+            prefill.append((flight.position, target - flight.position))
+            budget -= target - flight.position
+            flight.position = target
+            flight.record_due(cache)
+        bulk = 1
+        if not prefill:
+            horizon = min(
+                min(f.request.output_len - f.generated for f in decoding),
+                min(f.steps_to_next_checkpoint() for f in decoding),
+            )
+            bulk = max(1, horizon)
+        contexts = [f.position for f in decoding]
+        step = cost.step_time(prefill, contexts)
+        if bulk > 1:
+            mid = [c + bulk // 2 for c in contexts]
+            step = cost.step_time([], mid)
+            if pending is not None and not waiting:
+                bulk = max(1, min(bulk, int((pending.arrival_s - now) / step) + 1))
+        now += step * bulk
+        steps += bulk
+        finished: list[_Flight] = []
+        for flight in decoding:
+            flight.generated += bulk
+            flight.position += bulk
+            flight.record_due(cache)
+            if flight.generated >= flight.request.output_len:
+                finished.append(flight)
+        for flight in prefilling:
+            if flight.position >= flight.lease.prompt_len and not flight.done_prefill:
+                flight.done_prefill = True
+                flight.generated = 1 if flight.request.output_len else 0
+                rec.ttft_s.append(now - flight.request.arrival_s)
+                if flight.request.output_len:
+                    flight.position += 1
+                    flight.record_due(cache)
+                if flight.generated >= flight.request.output_len:
+                    finished.append(flight)
+        for flight in finished:
+            if flight.request.output_len:
+                cache.extend(flight.lease, flight.request.output)
+            cache.finish(flight.lease)
+            running.remove(flight)
+            if tick is not None:
+                tick()
+        _sample(cache, rec, now, steps % 64 == 0 or bool(finished))
+    return _result(cache, rec, "engine", time.perf_counter() - start, knobs or {})

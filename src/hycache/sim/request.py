@@ -1,0 +1,33 @@
+"""One request of a replayed workload, as traces and workload generators yield them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hycache.tree.keys import TOKEN_BYTES
+
+
+@dataclass(frozen=True)
+class Request:
+    """A prompt and what the model answers.
+
+    ``prompt``: the prompt's token ids as an encoded key (int64 bytes, see
+    :mod:`hycache.tree.keys`). ``output``: the answer's token ids, same encoding (a trace that
+    only gives a length gets deterministic ids unique to the request). ``arrival_s``: seconds
+    since the start of the trace. ``session``: conversation/agent id (None: one-off).
+    """
+
+    request_id: str
+    arrival_s: float
+    prompt: bytes
+    output: bytes
+    session: str | None = None
+    namespace: str | None = None
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt) // TOKEN_BYTES
+
+    @property
+    def output_len(self) -> int:
+        return len(self.output) // TOKEN_BYTES

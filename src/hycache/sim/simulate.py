@@ -1,0 +1,133 @@
+"""Running presets over a workload: capacities, Marconi's alpha bootstrap, side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hycache.cache import HybridPrefixCache
+from hycache.errors import ConfigError
+from hycache.policy.marconi import tune_alpha
+from hycache.policy.presets import KNOBS, build_cache, resolve_knobs
+from hycache.sim.cost import CostModel
+from hycache.sim.metrics import PolicyResult
+from hycache.sim.progress import Progress
+from hycache.sim.replay import replay_engine, replay_serial
+from hycache.sim.request import Request
+from hycache.spec import ModelSpec
+
+#: A re-iterable source of requests (a trace is read again for every policy).
+Source = Callable[[], Iterable[Request]]
+
+UNLIMITED_BYTES = 1 << 60
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    spec: ModelSpec
+    cost: CostModel
+    mode: str = "serial"
+    token_budget: int = 8192
+    knobs: Mapping[str, Mapping[str, object]] | None = None
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("serial", "engine"):
+            raise ConfigError(f"mode must be 'serial' or 'engine', got {self.mode!r}")
+        for preset, values in (self.knobs or {}).items():
+            resolve_knobs(preset, values)
+
+
+def parse_set_options(options: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``["vllm.block_size=16", ...]`` -> ``{"vllm": {"block_size": "16"}}``; ConfigError on a
+    malformed option, an unknown preset or knob."""
+    knobs: dict[str, dict[str, str]] = {}
+    for option in options:
+        name, sep, value = option.partition("=")
+        preset, dot, knob = name.partition(".")
+        if not sep or not dot or not knob:
+            raise ConfigError(f"--set {option!r}: expected preset.knob=value")
+        if preset not in KNOBS:
+            raise ConfigError(f"--set {option!r}: unknown preset {preset!r}")
+        if knob not in KNOBS[preset]:
+            raise ConfigError(
+                f"--set {option!r}: unknown knob {preset}.{knob}; known: {', '.join(KNOBS[preset])}"
+            )
+        knobs.setdefault(preset, {})[knob] = value
+    return knobs
+
+
+def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> list[Request]:
+    """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests."""
+    window: list[Request] = []
+    filled = 0
+    fill_count: int | None = None
+    per_token = spec.kv_bytes_per_token
+    for request in source():
+        window.append(request)
+        if fill_count is None:
+            filled += (request.prompt_len + request.output_len) * per_token + 2 * spec.state_bytes
+            if filled >= capacity:
+                fill_count = len(window)
+        if fill_count is not None and len(window) >= multiplier * fill_count:
+            break
+    return window
+
+
+def _build(config: SimulationConfig, preset: str, capacity: int, extra: Mapping[str, object]) -> HybridPrefixCache:
+    knobs = dict((config.knobs or {}).get(preset, {}))
+    knobs.update(extra)
+    return build_cache(config.spec, capacity, preset, **knobs)
+
+
+def run_policy(
+    config: SimulationConfig, preset: str, capacity: int, source: Source, *, total: int | None = None
+) -> PolicyResult:
+    """Replay ``source`` through one preset at ``capacity`` bytes."""
+    knobs = dict((config.knobs or {}).get(preset, {}))
+    extra: dict[str, object] = {}
+    if preset == "marconi" and "alpha" not in knobs:
+        multiplier = int(resolve_knobs("marconi", knobs)["bootstrap_multiplier"] or 5)
+        window = _bootstrap_window(source, config.spec, capacity, multiplier)
+
+        def score(alpha: float) -> float:
+            cache = _build(config, preset, capacity, {"alpha": alpha})
+            return replay_serial(cache, window, config.cost).prefill_flops_saved
+
+        best, _scores = tune_alpha(score)
+        extra["alpha"] = best
+    cache = _build(config, preset, capacity, extra)
+    shown: dict[str, object] = dict(resolve_knobs(preset, {**knobs, **extra}))
+    bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
+    try:
+        if config.mode == "serial":
+            return replay_serial(cache, source(), config.cost, knobs=shown, tick=bar.advance)
+        budget = cache.default_token_budget or config.token_budget
+        return replay_engine(
+            cache, source(), config.cost, token_budget=budget, knobs=shown, tick=bar.advance
+        )
+    finally:
+        bar.close()
+
+
+def footprint_bytes(config: SimulationConfig, source: Source) -> int:
+    """The unlimited footprint: peak bytes of the ``hycache`` preset with no capacity limit in
+    serial mode (every prompt and output cached, states at its checkpoints)."""
+    cache = build_cache(config.spec, UNLIMITED_BYTES, "hycache")
+    result = replay_serial(cache, source(), config.cost)
+    return result.peak_bytes
+
+
+def simulate(
+    config: SimulationConfig,
+    source: Source,
+    capacity: int,
+    policies: Sequence[str],
+    *,
+    total: int | None = None,
+) -> dict[str, PolicyResult]:
+    """Every policy over the same requests at one capacity."""
+    for policy in policies:
+        if policy not in KNOBS:
+            raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(KNOBS)}")
+    return {p: run_policy(config, p, capacity, source, total=total) for p in policies}
