@@ -155,17 +155,34 @@ class HybridPrefixCache:
         reclaimable = self._reclaimable()
         if any(reclaimable[r] < missing for r, missing in short.items()):
             return short
-        try:
-            while short:
-                resource = next(iter(short))
-                victim = self.eviction.next_victim(resource)
-                if victim is None:
-                    return short
-                self._evict(*victim)
-                short = self.pool.shortfall(demand)
-        finally:
-            self.eviction.end_round()
+        while short:
+            # One round ranks the candidates once; an entry that only became evictable during
+            # the round (a parent whose last child went) waits for the next round.
+            progress = False
+            try:
+                while short:
+                    victim = self.eviction.next_victim(next(iter(short)))
+                    if victim is None:
+                        break
+                    self._evict(*victim)
+                    progress = True
+                    short = self.pool.shortfall(demand)
+            finally:
+                self.eviction.end_round()
+            if not progress:
+                break
         return short
+
+    def _split_at(self, key: bytes, position: int, ns: str | None) -> Node:
+        """``tree.split_at``; a node the split creates holds KV pages the eviction policy has
+        never seen: register them, or they could never be evicted."""
+        version = self.tree.version
+        node = self.tree.split_at(key, position, ns)
+        if self.tree.version != version:
+            for component in self.kv_components:
+                if component.has(node):
+                    self.eviction.on_insert(node, component)
+        return node
 
     def _evict(self, node: Node, component: Component) -> None:
         if isinstance(component, RecurrentComponent):
@@ -207,22 +224,28 @@ class HybridPrefixCache:
         hit = result.hit
         locked: Node | None = None
         if hit > 0:
-            locked = self.tree.split_at(key, hit, namespace)
+            locked = self._split_at(key, hit, namespace)
             self.tree.lock(locked)
-        demand = {
-            c.kind: _ceil_div(n + max_new_tokens - hit, self.page_size) for c in self.kv_components
-        }
-        if self.recurrent is not None:
-            demand["recurrent"] = self.running_slots
-        if not self.pool.fits_empty(demand):
+        demand = self._working_set(n + max_new_tokens - hit)
+        # The reused prefix's pages are part of the working set too: the request can only ever
+        # run if its whole sequence fits (recomputed from scratch if need be).
+        whole = self._working_set(n + max_new_tokens)
+        if not self.pool.fits_empty(whole):
             if locked is not None:
                 self.tree.unlock(locked)
-            need = self.pool.demand_bytes(demand)
+            need = self.pool.demand_bytes(whole)
             raise CapacityError(
                 f"request of {n} + {max_new_tokens} tokens needs {need} bytes of working memory; "
                 f"the {self.pool.describe()} pool can never hold it"
             )
         short = self._ensure(demand)
+        if short and locked is not None and not self.leases:
+            # Nothing in flight will ever free memory: only this request's own lock (its reused
+            # path and the states on it) stands in the way. Admit it as a miss rather than
+            # answer a Wait that no finish could ever end.
+            self.tree.unlock(locked)
+            locked, hit, demand = None, 0, whole
+            short = self._ensure(demand)
         if short:
             if locked is not None:
                 self.tree.unlock(locked)
@@ -261,6 +284,13 @@ class HybridPrefixCache:
         self._next_id += 1
         self.leases[lease.request_id] = lease
         return lease
+
+    def _working_set(self, tokens: int) -> dict[str, int]:
+        """Units per kind a running request needs for ``tokens`` new tokens."""
+        demand = {c.kind: _ceil_div(tokens, self.page_size) for c in self.kv_components}
+        if self.recurrent is not None:
+            demand["recurrent"] = self.running_slots
+        return demand
 
     def _count_match(self, n: int, hit: int, kv_hit: int, path: list[Node]) -> None:
         c = self.counters
@@ -354,8 +384,6 @@ class HybridPrefixCache:
         for node in path:
             for component in self.kv_components:
                 self.eviction.on_insert(node, component)
-            if lease.session is not None:
-                self._node_session[node] = lease.session
         candidates = dict(lease.checkpoints)
         running = list(lease.working.pop("recurrent", ()))
         if (
@@ -364,8 +392,9 @@ class HybridPrefixCache:
             and running
             and total == cached
             and total > lease.hit
+            and total not in candidates  # a checkpoint already holds that state
         ):
-            candidates.setdefault(total, (running.pop(), "final"))
+            candidates[total] = (running.pop(), "final")
         for position in sorted(candidates):
             slot, reason = candidates[position]
             if self._store_state(key, ns, position, slot, reason, cached):
@@ -376,7 +405,16 @@ class HybridPrefixCache:
         if running:
             self.pool.free("recurrent", running)
         if self.max_states_per_path is not None and path:
-            self._cap_states(path[-1])
+            capped = self._cap_states(path[-1])
+            inserted = [p for p in inserted if p not in capped]
+        if path:
+            if lease.session is not None:
+                # after the state splits: the nodes they created belong to the session too
+                for node in path[-1].path_from_root():
+                    self._node_session[node] = lease.session
+            # Without a KV component nothing fills the path: the part past the last state
+            # stored is an empty leaf that holds nothing and no policy could ever evict; prune.
+            self.tree.prune(path[-1])
         self._release(lease)
         return FinishResult(cached, tuple(inserted), tuple(refused))
 
@@ -391,7 +429,7 @@ class HybridPrefixCache:
         if not self.admission.admit(digest.digest(), reason):
             self.counters.states_rejected += 1
             return False
-        node = self.tree.split_at(key, position, ns)
+        node = self._split_at(key, position, ns)
         if not self.recurrent.adopt(node, slot):
             self.counters.states_duplicate += 1
             return False
@@ -399,15 +437,18 @@ class HybridPrefixCache:
         self.eviction.on_insert(node, self.recurrent)
         return True
 
-    def _cap_states(self, deepest: Node) -> None:
+    def _cap_states(self, deepest: Node) -> set[int]:
         """Keep at most ``max_states_per_path`` states on the path to ``deepest`` (the deepest
-        ones); shallower unlocked states go."""
+        ones); shallower unlocked states go. Returns the positions whose state went."""
         assert self.recurrent is not None and self.max_states_per_path is not None
         holders = [n for n in deepest.path_from_root() if self.recurrent.has(n)]
+        capped: set[int] = set()
         for node in holders[: max(0, len(holders) - self.max_states_per_path)]:
             if not node.lock_ref:
                 self.counters.states_capped += 1
+                capped.add(node.end)
                 self.tree.release(node, self.recurrent)
+        return capped
 
     def _pages_needed(self, key: bytes, ns: str | None, length: int) -> dict[str, int]:
         """KV pages per kind an insert of ``key[:length]`` would allocate."""
@@ -441,6 +482,8 @@ class HybridPrefixCache:
     def end_session(self, session: str) -> None:
         """The session will send no more requests soon: its entries lose their protection."""
         self.live_sessions.discard(session)
+        nodes = [n for n, s in self._node_session.items() if s == session and n.parent]
+        self.eviction.on_liveness_change(nodes)
 
     # ------------------------------------------------------------------ inspection
     def lookup(self, tokens: TokenInput, namespace: str | None = None) -> tuple[int, int]:

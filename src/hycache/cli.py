@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     conf.add_argument("files", nargs="+", metavar="FILE")
     conf.set_defaults(func=cmd_conformance)
+    from hycache.sim.cli_sim import register as register_sim
+
+    register_sim(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, note, settings
@@ -28,9 +29,13 @@ from hypothesis import strategies as st
 from hycache.errors import CacheUsageError
 from hycache.testing.reference import GroupConfig, Key, ReferenceCache
 from hycache.testing.tree_target import TreeTarget
+from hycache.tree.base import MatchResult
+from hycache.tree.node import Node
 
 ALPHABET = st.integers(0, 3)
 NAMESPACES = (None, "a")
+NAMESPACE = st.sampled_from([None, None, None, "a"])
+RAW = st.integers(0, 9)
 
 # Component combinations (kinds; windows are drawn per example). All 7 non-empty subsets of
 # {full, swa, recurrent} plus two SWA groups of different windows, with and without FULL.
@@ -47,7 +52,7 @@ COMBOS: dict[str, tuple[str, ...]] = {
 }
 
 # page size -> (max token length, examples per combo)
-PAGES: dict[int, tuple[int, int]] = {1: (24, 110), 2: (24, 110), 16: (70, 50)}
+PAGES: dict[int, tuple[int, int]] = {1: (24, 110), 2: (24, 110), 16: (70, 80)}
 HEAVY = {"FSR", "FSSR"}  # the slowest combos at page sizes 1 and 2 are marked slow
 
 
@@ -78,15 +83,20 @@ class Example:
         groups: tuple[GroupConfig, ...],
         stems: tuple[tuple[int, ...], ...],
         ops: tuple[Op, ...],
+        insert_after_match: bool,
     ) -> None:
         self.groups = groups
         self.stems = stems
         self.ops = ops
+        self.insert_after_match = insert_after_match
 
     def __repr__(self) -> str:
         stems = [list(s) for s in self.stems]
         ops = "".join(f"\n  {op!r}," for op in self.ops)
-        return f"Example(groups={list(self.groups)}, stems={stems}, ops=[{ops}\n])"
+        return (
+            f"Example(groups={list(self.groups)}, stems={stems}, "
+            f"insert_after_match={self.insert_after_match}, ops=[{ops}\n])"
+        )
 
 
 def _windows(page: int) -> st.SearchStrategy[int]:
@@ -106,46 +116,55 @@ def examples(draw: st.DrawFn, kinds: tuple[str, ...], page: int, max_len: int) -
     groups = [GroupConfig(k, next(it) if k == "swa" else None) for k in kinds]
     groups = list(draw(st.permutations(groups)))
 
-    stems = tuple(
-        tuple(draw(st.lists(ALPHABET, min_size=max_len, max_size=max_len))) for _ in range(3)
-    )
+    # Stems share prefixes with each other (stem i+1 branches off stem i at a random depth,
+    # on or off a page boundary), so their paths split the tree at many depths.
+    stems: list[tuple[int, ...]] = []
+    for i in range(3):
+        keep = draw(st.integers(0, max_len)) if i else 0
+        base = stems[-1][:keep] if i else ()
+        fresh = draw(st.lists(ALPHABET, min_size=max_len - keep, max_size=max_len - keep))
+        stems.append(base + tuple(fresh))
+    # A few per-example cut points: with an empty tail the same paths recur (re-inserts,
+    # drops and locks on paths cached before); other cuts and tails make fresh branches.
+    if page == 1:
+        any_cut = st.integers(0, max_len)
+    else:  # mostly page boundaries, sometimes mid-page
+        any_cut = st.one_of(
+            st.integers(0, max_len // page).map(lambda n: n * page), st.integers(0, max_len)
+        )
+    cuts = draw(st.lists(any_cut, min_size=1, max_size=4))
+    tail_size = page * 2 if page > 1 else 4
+
+    # strategies built once per example (building them per op dominated the run time)
+    stem_index = st.integers(0, len(stems) - 1)
+    cut = st.one_of(st.sampled_from(cuts), any_cut)
+    tail = st.one_of(st.just(()), st.lists(ALPHABET, max_size=tail_size).map(tuple))
+    has_recurrent = "recurrent" in kinds
+    weights = {"insert": 4, "match": 1, "lock": 2, "unlock": 1}
+    for kind in ("full", "swa", "recurrent"):
+        weights[f"drop_{kind}"] = 3 if kind in kinds else 1  # absent kinds: refused on both
+    op_kind = st.sampled_from([k for k, w in weights.items() for _ in range(w)])
+    position = st.integers(0, max_len + page)
+    states_at = st.lists(position, max_size=4).map(tuple)
 
     @st.composite
-    def tokens(draw: st.DrawFn) -> tuple[int, ...]:
-        stem = stems[draw(st.integers(0, len(stems) - 1))]
-        if page == 1:
-            cut = draw(st.integers(0, max_len))
-        else:  # mostly page boundaries, sometimes mid-page
-            cut = draw(
-                st.one_of(
-                    st.integers(0, max_len // page).map(lambda n: n * page),
-                    st.integers(0, max_len),
-                )
-            )
-        tail = draw(st.lists(ALPHABET, max_size=page * 2 if page > 1 else 4))
-        return (stem[:cut] + tuple(tail))[:max_len]
-
-    namespace = st.sampled_from(NAMESPACES)
-    has_recurrent = "recurrent" in kinds
-    op_kinds = ["insert", "insert", "insert", "match", "lock", "unlock"]
-    op_kinds += ["drop_recurrent"] * (2 if has_recurrent else 0)
-    op_kinds += ["drop_swa"] * (2 if "swa" in kinds else 0)
-    op_kinds += ["drop_full"] * (2 if "full" in kinds else 0)
-    op_kinds += ["drop_recurrent", "drop_swa", "drop_full"]  # rarely: maybe an absent kind
-
-    ops: list[Op] = []
-    for _ in range(draw(st.integers(1, 30))):
-        kind = draw(st.sampled_from(op_kinds))
-        toks = draw(tokens())
-        ns = draw(namespace)
-        raw = draw(st.integers(0, 9)) == 0  # ~10%: raw, possibly invalid arguments
-        a = draw(st.integers(0, max_len + page))
-        b = draw(st.integers(0, max_len + page))
+    def op(draw: st.DrawFn) -> Op:
+        kind = draw(op_kind)
+        toks = (stems[draw(stem_index)][: draw(cut)] + draw(tail))[:max_len]
+        ns = draw(NAMESPACE)
+        raw = draw(RAW) == 0  # ~10%: raw, possibly invalid arguments
+        a, b = draw(position), draw(position)
         states: tuple[int, ...] = ()
-        if kind == "insert" and has_recurrent or raw:
-            states = tuple(draw(st.lists(st.integers(0, max_len + page), max_size=3)))
-        ops.append(Op(kind, toks, ns, a, b, states, raw))
-    return Example(tuple(groups), stems, tuple(ops))
+        if (kind == "insert" and has_recurrent) or raw:
+            states = draw(states_at)
+        return Op(kind, toks, ns, a, b, states, raw)
+
+    op_strategy = op()
+    # A list of chunks: about 20 ops on average (a flat list averages far fewer), and the
+    # shrinker can still delete single ops or whole chunks.
+    chunks = draw(st.lists(st.lists(op_strategy, min_size=1, max_size=8), min_size=1, max_size=8))
+    ops = [o for chunk in chunks for o in chunk]
+    return Example(tuple(groups), tuple(stems), tuple(ops), draw(st.booleans()))
 
 
 # ---------------------------------------------------------------------- model comparison
@@ -181,17 +200,38 @@ def _outcome(fn: Callable[[], object]) -> tuple[str, object]:
 class Pair:
     """Both models, driven in lockstep."""
 
-    def __init__(self, page: int, groups: Sequence[GroupConfig]) -> None:
+    def __init__(
+        self, page: int, groups: Sequence[GroupConfig], insert_after_match: bool = False
+    ) -> None:
         self.page = page
         self.tree = TreeTarget(page, groups)
         self.ref = ReferenceCache(page, groups)
         self.locks: list[tuple[int, int]] = []  # (tree handle, reference handle)
+        # the tree's latest match result per (tokens, namespace), possibly stale by now
+        self.last_match: dict[tuple[tuple[int, ...], str | None], MatchResult] = {}
+        self.insert_after_match = insert_after_match
+        if insert_after_match:
+            # Every insert passes the latest match of the same tokens as ``after=`` (the fast
+            # path that skips re-walking a freshly matched path). It may be stale: the tree
+            # must then notice (structure version) and walk normally.
+            tree = self.tree.tree
+            plain_insert = tree.insert
+
+            def insert(
+                tokens: Sequence[int], namespace: str | None = None, **kw: Any
+            ) -> list[Node]:
+                kw.setdefault("after", self.last_match.get((tuple(tokens), namespace)))
+                return plain_insert(tokens, namespace, **kw)
+
+            tree.insert = insert  # type: ignore[method-assign]
 
     def compare_content(self, where: str) -> None:
         assert tree_content(self.tree) == self.ref.live, f"content differs {where}"
 
     def compare_match(self, tokens: Sequence[int], ns: str | None) -> None:
-        got = self.tree.match(tokens, ns)
+        found = self.tree.tree.match(tokens, ns)
+        self.last_match[(tuple(tokens), ns)] = found
+        got = (found.hit, found.kv_hit)
         want = self.ref.match(tokens, ns)
         assert got == want, f"match({list(tokens)}, ns={ns!r}): tree {got} != reference {want}"
 
@@ -228,8 +268,12 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
         states = list(op.states) if op.raw else [pos(s, aligned_n) or page for s in op.states]
         if not op.raw:
             states = [s for s in states if s <= aligned_n]
+        if pair.insert_after_match and op.b % 2:
+            pair.compare_match(toks, ns)  # a fresh ``after`` for this insert
         outcome = pair.both(
-            "insert", lambda: pair.tree.insert(toks, states, ns), lambda: pair.ref.insert(toks, states, ns)
+            "insert",
+            lambda: pair.tree.insert(toks, states, ns),
+            lambda: pair.ref.insert(toks, states, ns),
         )
     elif op.kind == "match":
         pass  # compared below
@@ -243,9 +287,13 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
             lambda: pair.ref.drop_recurrent(toks, at, ns),
         )
     elif op.kind == "drop_swa":
-        start, end = sorted((pos(op.a, aligned_n), pos(op.b, aligned_n)))
         if op.raw:
             start, end = op.a, op.b
+        elif op.b % 2:  # a short tombstone of 1 to 3 pages
+            start = pos(op.a, aligned_n)
+            end = min(start + (op.b // 2 % 3 + 1) * page, aligned_n)
+        else:
+            start, end = sorted((pos(op.a, aligned_n), pos(op.b, aligned_n)))
         outcome = pair.both(
             "drop_swa",
             lambda: pair.tree.drop_swa(toks, start, end, ns),
@@ -298,7 +346,7 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
 def run_example(page: int, example: Example) -> None:
     note(f"page_size={page} groups={example.groups}")
     note(f"stems={[list(s) for s in example.stems]}")
-    pair = Pair(page, example.groups)
+    pair = Pair(page, example.groups, example.insert_after_match)
     for i, op in enumerate(example.ops):
         note(f"step {i}: {op!r}")
         _run_op(pair, op, example.stems)

@@ -59,7 +59,9 @@ def unified_layout(spec: ModelSpec, block_size: int) -> UnifiedLayout:
     return UnifiedLayout(attn_block, max(per_layer), per_group, groups)
 
 
-def unified_pool(spec: ModelSpec, budget_bytes: int, block_size: int = 16) -> MemoryPool:
+def unified_pool(
+    spec: ModelSpec, budget_bytes: int, block_size: int = 16, *, track_ids: bool = True
+) -> MemoryPool:
     """One pool of equal blocks shared by every group (vLLM hybrid KV cache manager)."""
     _check_budget(budget_bytes)
     geo = unified_layout(spec, block_size)
@@ -77,11 +79,17 @@ def unified_pool(spec: ModelSpec, budget_bytes: int, block_size: int = 16) -> Me
         "num_blocks": n_blocks,
         "layers_per_group": geo.layers_per_group,
     }
-    return MemoryPool("unified", {"blocks": n_blocks * geo.block_bytes}, costs, details=details)
+    budgets = {"blocks": n_blocks * geo.block_bytes}
+    return MemoryPool("unified", budgets, costs, details=details, track_ids=track_ids)
 
 
 def split_pool(
-    spec: ModelSpec, budget_bytes: int, page_size: int = 1, ratio: float = 0.9
+    spec: ModelSpec,
+    budget_bytes: int,
+    page_size: int = 1,
+    ratio: float = 0.9,
+    *,
+    track_ids: bool = True,
 ) -> MemoryPool:
     """SGLang: a KV page pool plus a recurrent-state slot pool; states get ``r / (1 + r)`` of
     the budget (``--mamba-full-memory-ratio`` r, default 0.9)."""
@@ -102,10 +110,12 @@ def split_pool(
         for g in spec.attention_groups:
             page = page_size * g.kv_bytes_per_token
             costs[g.kind] = UnitCost("kv", page, page)
-    return MemoryPool("split", budgets, costs, details={"ratio": ratio})
+    return MemoryPool("split", budgets, costs, details={"ratio": ratio}, track_ids=track_ids)
 
 
-def shared_pool(spec: ModelSpec, budget_bytes: int, page_size: int = 1) -> MemoryPool:
+def shared_pool(
+    spec: ModelSpec, budget_bytes: int, page_size: int = 1, *, track_ids: bool = True
+) -> MemoryPool:
     """One byte budget for KV pages and states with no fixed split (Marconi, hycache)."""
     _check_budget(budget_bytes)
     costs: dict[str, UnitCost] = {}
@@ -115,4 +125,4 @@ def shared_pool(spec: ModelSpec, budget_bytes: int, page_size: int = 1) -> Memor
     if spec.recurrent is not None:
         state = spec.recurrent.state_bytes
         costs["recurrent"] = UnitCost("bytes", state, state)
-    return MemoryPool("shared", {"bytes": budget_bytes}, costs)
+    return MemoryPool("shared", {"bytes": budget_bytes}, costs, track_ids=track_ids)

@@ -33,14 +33,21 @@ class UnitCost:
 
 
 class _IdSpace:
-    """Ids from a counter, reusing freed ones first (so ids stay dense for tensor backing)."""
+    """Ids from a counter, reusing freed ones first (so ids stay dense for tensor backing).
 
-    def __init__(self) -> None:
+    With ``track=False`` (accounting-only simulation) ids are not remembered: every allocation
+    returns ``range(count)``, which costs nothing however many pages a node holds."""
+
+    def __init__(self, track: bool = True) -> None:
+        self.track = track
         self.next = 0
         self.free: list[int] = []
         self.live = 0
 
     def take(self, count: int) -> Sequence[int]:
+        if not self.track:
+            self.live += count
+            return range(count)
         reuse = min(count, len(self.free))
         ids: list[int] = self.free[len(self.free) - reuse :]
         del self.free[len(self.free) - reuse :]
@@ -52,7 +59,8 @@ class _IdSpace:
         return ids
 
     def give(self, ids: Sequence[int]) -> None:
-        self.free.extend(ids)
+        if self.track:
+            self.free.extend(ids)
         self.live -= len(ids)
         assert self.live >= 0
 
@@ -68,6 +76,7 @@ class MemoryPool:
         costs: Mapping[str, UnitCost],
         *,
         details: Mapping[str, int | float] | None = None,
+        track_ids: bool = True,
     ) -> None:
         for kind, cost in costs.items():
             assert cost.resource in budgets, f"{kind} charged to unknown resource"
@@ -78,7 +87,8 @@ class MemoryPool:
         self.used = dict.fromkeys(self.budgets, 0)
         self.units = dict.fromkeys(self.costs, 0)
         self.peak = dict.fromkeys(self.budgets, 0)
-        self._ids = {kind: _IdSpace() for kind in self.costs}
+        self.track_ids = track_ids
+        self._ids = {kind: _IdSpace(track_ids) for kind in self.costs}
 
     # ------------------------------------------------------------------ queries
     @property
@@ -166,7 +176,7 @@ class MemoryPool:
             charged[self.costs[kind].resource] += n * self.costs[kind].charged
             ids = self._ids[kind]
             assert ids.live == n, f"{kind}: {ids.live} live ids for {n} units"
-            assert ids.live + len(ids.free) == ids.next, f"{kind}: ids leaked"
+            assert not ids.track or ids.live + len(ids.free) == ids.next, f"{kind}: ids leaked"
         for resource, budget in self.budgets.items():
             used = self.used[resource]
             assert charged[resource] == used, f"{resource}: charged {charged[resource]} != {used}"

@@ -93,3 +93,6 @@ class EvictionPolicy(ABC):
     def end_round(self) -> None:
         """The cache freed enough (or gave up): entries skipped this round become candidates
         again."""
+
+    def on_liveness_change(self, nodes: list[Node]) -> None:
+        """The session owning ``nodes`` ended (``cache.is_live`` changed for them)."""

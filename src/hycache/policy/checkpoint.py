@@ -129,27 +129,66 @@ class MarconiPlanner(CheckpointPolicy):
         return PrefillPlan(tuple(ends), points, keep_final_state=True)
 
 
-@dataclass
 class HycachePlanner(CheckpointPolicy):
-    """hycache: the branch point (shared prefixes), the prompt end (retries, forks) and the end
-    of the request (the next turn of a conversation resumes there); optional interval
-    checkpoints for very long prompts (``interval`` tokens, 0 = none)."""
+    """hycache: checkpoint where the next request is likely to resume.
 
-    interval: int = 0
+    * the branch point (attention matched past the last state: a shared prefix);
+    * the prompt end, and the prompt end rounded down to the *divergence grid*: the coarsest
+      power-of-two grid (up to 4096 tokens) that at least 80% of the observed divergence points
+      (where attention matches end) fall on. Traces built from hashed blocks (Mooncake: 512)
+      diverge only on block boundaries, so a state at the last block boundary is what the next
+      turn can use;
+    * the end of the request (input + output, rounded down to a page): the next turn of a
+      conversation resumes there;
+    * optionally one every ``interval`` prompt tokens.
+    """
+
+    def __init__(self, interval: int = 0, *, learn_grid: bool = True) -> None:
+        self.interval = interval
+        self.learn_grid = learn_grid
+        self._grid_counts: dict[int, int] = {}
+        self._observed = 0
+
+    def divergence_grid(self, page: int) -> int:
+        """The learned grid (>= page); ``page`` until 20 divergences were observed."""
+        if not self.learn_grid or self._observed < 20:
+            return page
+        grid = page
+        candidate = page * 2
+        while candidate <= 4096:
+            on_grid = sum(n for g, n in self._grid_counts.items() if g % candidate == 0)
+            if on_grid < 0.8 * self._observed:
+                break
+            grid = candidate
+            candidate *= 2
+        return grid
+
+    def _observe(self, kv_hit: int) -> None:
+        if kv_hit <= 0:
+            return
+        power = kv_hit & -kv_hit  # largest power of two dividing kv_hit
+        power = min(power, 4096)
+        self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
+        self._observed += 1
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start, page = request.prompt_len, request.start, request.page_size
+        self._observe(request.kv_hit)
         wanted: dict[int, str] = {}
         if self.interval:
             grid = max(page, _floor(self.interval, page))
             for p in range(_floor(start, grid) + grid, n, grid):
                 wanted[p] = "interval"
-        prompt_end = _floor(n, page)
-        if prompt_end > start:
-            wanted[prompt_end] = "prompt_end"
+        for position in (_floor(n, page), _floor(n, self.divergence_grid(page))):
+            if position > start:
+                wanted[position] = "prompt_end"
         branch = _floor(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
         ends = chunk_ends(start, n, request.token_budget, must_end_at=tuple(wanted))
+        total = n + request.max_new_tokens
+        final = _floor(total, page)
+        if request.max_new_tokens and final > n:
+            wanted[final] = "final"
         points = tuple(Checkpoint(p, r) for p, r in sorted(wanted.items()))
-        return PrefillPlan(tuple(ends), points, keep_final_state=True)
+        return PrefillPlan(tuple(ends), points, keep_final_state=False)

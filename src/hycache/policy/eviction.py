@@ -77,6 +77,24 @@ class HeapEviction(EvictionPolicy):
                 self.touch(node, component)
                 self._push(node, component)
 
+    def on_liveness_change(self, nodes: list[Node]) -> None:
+        """Re-file the entries of ``nodes`` under their new liveness, same base key: a stale
+        live key would keep them at the back of the heap, protected, until everything else
+        was gone."""
+        if not self.session_aware:
+            return
+        for node in nodes:
+            live = 1.0 if self.cache.is_live(node) else 0.0
+            for component in self.cache.tree.components:
+                ident = (node, component.slot)
+                key = self._current.get(ident)
+                if key is None or key[0] == live:
+                    continue
+                refiled = (live, *key[1:])
+                self._current[ident] = refiled
+                heap = self._heaps[self._resource[component.slot]]
+                heapq.heappush(heap, (refiled, next(self._seq), node, component.slot))
+
     def touch(self, node: Node, component: Component) -> None:
         """Update what ``key`` depends on for a refreshed entry (recency, frequency)."""
 
@@ -97,8 +115,13 @@ class HeapEviction(EvictionPolicy):
             if node.parent is None or not component.has(node):
                 del self._current[ident]
                 continue
-            if self.session_aware and (key[0] == 1.0) != self.cache.is_live(node):
-                self._push(node, component)  # liveness changed: re-file
+            live = self.cache.is_live(node) if self.session_aware else False
+            if self.session_aware and (key[0] == 1.0) != live:
+                # liveness changed: re-file with the same base key (re-computing it would
+                # count as a fresh access: GDSF's aging clock has moved on since)
+                refiled = (1.0 if live else 0.0, *key[1:])
+                self._current[ident] = refiled
+                heapq.heappush(heap, (refiled, next(self._seq), node, slot))
                 continue
             if node.lock_ref or (not isinstance(component, RecurrentComponent) and node.children):
                 self._stash.append((resource, entry))

@@ -148,7 +148,8 @@ KNOBS: dict[str, dict[str, Knob]] = {
 
 def _coerce(preset: str, name: str, value: object) -> KnobValue:
     knob = KNOBS[preset][name]
-    if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+    null = isinstance(value, str) and value.lower() in ("none", "null")
+    if value is None or (null and value not in knob.choices):  # "none" may be a choice
         if knob.optional or knob.default is None:
             return None
         raise ConfigError(f"{preset}.{name} cannot be None")
@@ -204,11 +205,13 @@ def _budget(value: KnobValue) -> int | None:
     return value
 
 
-def build_vllm(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> HybridPrefixCache:
+def build_vllm(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
     from hycache.cache import HybridPrefixCache
 
     block_size = _positive("vllm", "block_size", k["block_size"])
-    pool = unified_pool(spec, capacity, block_size)
+    pool = unified_pool(spec, capacity, block_size, track_ids=track_ids)
     block = unified_layout(spec, block_size).attn_block
     others = [int(x) for x in str(k["other_block_sizes"]).split(",") if x.strip()]
     grid = block if k["scheduler_grid"] == "mamba" else min([block, *others])
@@ -229,7 +232,9 @@ def build_vllm(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> Hybri
     )
 
 
-def build_sglang(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> HybridPrefixCache:
+def build_sglang(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
     from hycache.cache import HybridPrefixCache
 
     page = _positive("sglang", "page_size", k["page_size"])
@@ -241,7 +246,7 @@ def build_sglang(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> Hyb
         raise ConfigError(f"sglang.track_interval {interval} must be a multiple of page {page}")
     ratio = k["mamba_full_memory_ratio"]
     assert isinstance(ratio, float)
-    pool = split_pool(spec, capacity, page, ratio)
+    pool = split_pool(spec, capacity, page, ratio, track_ids=track_ids)
     cap = k["max_states_per_path"]
     assert cap is None or isinstance(cap, int)
     return HybridPrefixCache(
@@ -258,7 +263,9 @@ def build_sglang(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> Hyb
     )
 
 
-def build_marconi(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> HybridPrefixCache:
+def build_marconi(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
     from hycache.cache import HybridPrefixCache
 
     page = _positive("marconi", "page_size", k["page_size"])
@@ -266,7 +273,7 @@ def build_marconi(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> Hy
     assert isinstance(alpha, float)
     return HybridPrefixCache(
         spec,
-        shared_pool(spec, capacity, page),
+        shared_pool(spec, capacity, page, track_ids=track_ids),
         page_size=page,
         checkpoint=MarconiPlanner(),
         admission=AlwaysAdmit(),
@@ -276,7 +283,9 @@ def build_marconi(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> Hy
     )
 
 
-def build_hycache(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> HybridPrefixCache:
+def build_hycache(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
     from hycache.cache import HybridPrefixCache
 
     page = _positive("hycache", "page_size", k["page_size"])
@@ -284,7 +293,7 @@ def build_hycache(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> Hy
     assert isinstance(interval, int)
     return HybridPrefixCache(
         spec,
-        shared_pool(spec, capacity, page),
+        shared_pool(spec, capacity, page, track_ids=track_ids),
         page_size=page,
         checkpoint=HycachePlanner(interval),
         admission=_admission(k["admission"]),
@@ -294,7 +303,7 @@ def build_hycache(spec: ModelSpec, capacity: int, k: dict[str, KnobValue]) -> Hy
     )
 
 
-BUILDERS: dict[str, Callable[[ModelSpec, int, dict[str, KnobValue]], HybridPrefixCache]] = {
+BUILDERS: dict[str, Callable[[ModelSpec, int, dict[str, KnobValue], bool], HybridPrefixCache]] = {
     "vllm": build_vllm,
     "sglang": build_sglang,
     "marconi": build_marconi,
@@ -303,9 +312,15 @@ BUILDERS: dict[str, Callable[[ModelSpec, int, dict[str, KnobValue]], HybridPrefi
 
 
 def build_cache(
-    spec: ModelSpec, capacity_bytes: int, preset: str = "hycache", **knobs: object
+    spec: ModelSpec,
+    capacity_bytes: int,
+    preset: str = "hycache",
+    *,
+    track_ids: bool = True,
+    **knobs: object,
 ) -> HybridPrefixCache:
     """A cache for ``spec`` holding at most ``capacity_bytes``, configured like ``preset``.
-    Unknown presets or knobs and invalid values raise ConfigError naming them."""
+    Unknown presets or knobs and invalid values raise ConfigError naming them.
+    ``track_ids=False``: accounting only (the simulator), no real page/slot ids."""
     values = resolve_knobs(preset, knobs)
-    return BUILDERS[preset](spec, capacity_bytes, values)
+    return BUILDERS[preset](spec, capacity_bytes, values, track_ids)

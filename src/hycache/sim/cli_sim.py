@@ -21,18 +21,30 @@ from hycache.sim.tune import recommend, trace_stats
 from hycache.sim.workloads import generate
 from hycache.spec import load_spec
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str) -> int:
-    """"40GB" (1e9), "32GiB" (2^30), "1.5e9", "512MiB" -> bytes. ConfigError otherwise."""
+    """ "40GB" (1e9), "32GiB" (2^30), "1.5e9", "512MiB" -> bytes. ConfigError otherwise."""
     match = _SIZE.match(text)
     unit = match.group(2).upper() if match else ""
     if match is None or unit not in _UNITS:
-        raise ConfigError(f"capacity {text!r}: expected a number with an optional unit "
-                          "(B, KB, MB, GB, TB = powers of 10; KiB, MiB, GiB, TiB = powers of 2)")
+        raise ConfigError(
+            f"capacity {text!r}: expected a number with an optional unit "
+            "(B, KB, MB, GB, TB = powers of 10; KiB, MiB, GiB, TiB = powers of 2)"
+        )
     value = float(match.group(1)) * _UNITS[unit]
     if value < 1:
         raise ConfigError(f"capacity {text!r} must be positive")
@@ -77,8 +89,13 @@ def make_source(args: argparse.Namespace) -> tuple[Callable[[], Iterable[Request
 def _config(args: argparse.Namespace) -> SimulationConfig:
     spec = load_spec(args.model)
     knobs = parse_set_options(args.set)
-    return SimulationConfig(spec, CostModel(spec, hardware(args.hardware)), mode=args.mode,
-                            knobs=knobs, progress=True if args.progress else None)
+    return SimulationConfig(
+        spec,
+        CostModel(spec, hardware(args.hardware)),
+        mode=args.mode,
+        knobs=knobs,
+        progress=True if args.progress else None,
+    )
 
 
 def _policies(args: argparse.Namespace) -> list[str]:
@@ -101,8 +118,12 @@ def _write_atomically(path: str, text: str) -> None:
         raise
 
 
-def _outputs(args: argparse.Namespace, label: str, by_capacity: dict[int, dict[str, PolicyResult]],
-             notes: list[str]) -> None:
+def _outputs(
+    args: argparse.Namespace,
+    label: str,
+    by_capacity: dict[int, dict[str, PolicyResult]],
+    notes: list[str],
+) -> None:
     """Write --json / --report only after everything succeeded."""
     if args.json:
         payload = {
@@ -119,7 +140,9 @@ def _outputs(args: argparse.Namespace, label: str, by_capacity: dict[int, dict[s
             payload["policies"] = {p: r.as_json() for p, r in only.items()}
         _write_atomically(args.json, json.dumps(payload, indent=1, default=str))
     if args.report:
-        _write_atomically(args.report, render_html(f"hycache: {label} on {args.model}", by_capacity, notes))
+        _write_atomically(
+            args.report, render_html(f"hycache: {label} on {args.model}", by_capacity, notes)
+        )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -178,8 +201,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     sim.set_defaults(func=cmd_simulate)
     comp = sub.add_parser("compare", help="simulate every preset over several capacities")
     add_source_arguments(comp)
-    comp.add_argument("--capacities", default="5%,10%,20%,40%",
-                      help="sizes or percentages of the unlimited footprint")
+    comp.add_argument(
+        "--capacities",
+        default="5%,10%,20%,40%",
+        help="sizes or percentages of the unlimited footprint",
+    )
     comp.set_defaults(func=cmd_compare)
     tune = sub.add_parser("tune", help="recommend a retention interval and checkpoint policy")
     add_source_arguments(tune)

@@ -11,7 +11,12 @@ class Progress:
     """``Progress(total, label)``; call ``advance()``; ``close()`` ends the line."""
 
     def __init__(
-        self, total: int | None, label: str, *, enabled: bool | None = None, stream: TextIO | None = None
+        self,
+        total: int | None,
+        label: str,
+        *,
+        enabled: bool | None = None,
+        stream: TextIO | None = None,
     ) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled

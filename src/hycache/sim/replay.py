@@ -32,7 +32,9 @@ Tick = Callable[[], None]
 def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
     stats = cache.pool
     kv = sum(stats.units[c.kind] * stats.unit_bytes(c.kind) for c in cache.kv_components)
-    state = stats.units.get("recurrent", 0) * stats.unit_bytes("recurrent") if cache.recurrent else 0
+    state = (
+        stats.units.get("recurrent", 0) * stats.unit_bytes("recurrent") if cache.recurrent else 0
+    )
     rec.sample(now, kv, state, stats.used_bytes, stats.budget_bytes)
     if keep:
         rec.timeline.append((now, kv, state))
@@ -184,7 +186,9 @@ def replay_engine(
             waiting.popleft()
             points = sorted({p.position for p in lease.plan.checkpoints})
             reasons = {p.position: p.reason for p in lease.plan.checkpoints}
-            flight = _Flight(request, lease, lease.hit, points, reasons, list(lease.plan.chunk_ends))
+            flight = _Flight(
+                request, lease, lease.hit, points, reasons, list(lease.plan.chunk_ends)
+            )
             flight.record_due(cache)
             running.append(flight)
             _account(cache, rec, lease)

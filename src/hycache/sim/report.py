@@ -13,18 +13,44 @@ W, H, PAD = 560, 300, 48
 
 def table(results: Mapping[str, PolicyResult]) -> str:
     """The side-by-side text table, policies as rows."""
-    header = ("policy", "token_hit", "kv_hit", "req_hit", "recompute", "ttft_p50", "ttft_p95",
-              "peak_GB", "overrun", "evictions", "wall_s")
+    header = (
+        "policy",
+        "token_hit",
+        "kv_hit",
+        "req_hit",
+        "recompute",
+        "ttft_p50",
+        "ttft_p95",
+        "peak_GB",
+        "overrun",
+        "evictions",
+        "wall_s",
+    )
     rows = [header]
     for name, r in results.items():
-        rows.append((
-            name, f"{r.token_hit_rate:.4f}", f"{r.kv_hit_rate:.4f}", f"{r.request_hit_rate:.3f}",
-            f"{r.recompute_tokens}", f"{r.ttft_p50_s:.3f}s", f"{r.ttft_p95_s:.3f}s",
-            f"{r.peak_bytes / 1e9:.2f}", f"{r.capacity_overrun_bytes}", f"{r.evictions}",
-            f"{r.wall_s:.1f}",
-        ))
+        rows.append(
+            (
+                name,
+                f"{r.token_hit_rate:.4f}",
+                f"{r.kv_hit_rate:.4f}",
+                f"{r.request_hit_rate:.3f}",
+                f"{r.recompute_tokens}",
+                f"{r.ttft_p50_s:.3f}s",
+                f"{r.ttft_p95_s:.3f}s",
+                f"{r.peak_bytes / 1e9:.2f}",
+                f"{r.capacity_overrun_bytes}",
+                f"{r.evictions}",
+                f"{r.wall_s:.1f}",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))) for row in rows]
+    lines = [
+        "  ".join(
+            c.rjust(w) if i else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -53,25 +79,33 @@ def _svg_lines(
     def sy(y: float) -> float:
         return H - PAD - (y - y0) / (y1 - y0) * (H - 2 * PAD)
 
-    parts = [f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg" '
-             f'font-family="sans-serif" font-size="11">',
-             f'<text x="{W / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
-             f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#333"/>',
-             f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#333"/>']
+    parts = [
+        f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<text x="{W / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
+        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#333"/>',
+        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#333"/>',
+    ]
     for i in range(5):
         fy = y0 + (y1 - y0) * i / 4
         fx = x0 + (x1 - x0) * i / 4
         parts.append(f'<text x="{PAD - 4}" y="{sy(fy) + 4}" text-anchor="end">{fy:.3g}</text>')
         parts.append(f'<text x="{sx(fx)}" y="{H - PAD + 14}" text-anchor="middle">{fx:.3g}</text>')
     parts.append(f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle">{html.escape(xlabel)}</text>')
-    parts.append(f'<text x="12" y="{H / 2}" transform="rotate(-90 12 {H / 2})" '
-                 f'text-anchor="middle">{html.escape(ylabel)}</text>')
+    parts.append(
+        f'<text x="12" y="{H / 2}" transform="rotate(-90 12 {H / 2})" '
+        f'text-anchor="middle">{html.escape(ylabel)}</text>'
+    )
     for i, (name, data) in enumerate(series.items()):
         color = COLORS.get(name.split()[0], "#555")
         dash = ' stroke-dasharray="5,3"' if "state" in name else ""
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in data)
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{path}"/>')
-        parts.append(f'<text x="{W - PAD + 4}" y="{PAD + 14 * i}" fill="{color}">{html.escape(name)}</text>')
+        parts.append(
+            f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{path}"/>'
+        )
+        parts.append(
+            f'<text x="{W - PAD + 4}" y="{PAD + 14 * i}" fill="{color}">{html.escape(name)}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -80,7 +114,9 @@ def _cdf(samples: Sequence[float]) -> list[tuple[float, float]]:
     ordered = sorted(samples)
     n = len(ordered)
     step = max(1, n // 200)
-    return [(ordered[i], (i + 1) / n) for i in range(0, n, step)] + ([(ordered[-1], 1.0)] if n else [])
+    return [(ordered[i], (i + 1) / n) for i in range(0, n, step)] + (
+        [(ordered[-1], 1.0)] if n else []
+    )
 
 
 def render_html(
@@ -98,17 +134,42 @@ def render_html(
     for p, r in smallest.items():
         occupancy[f"{p} KV"] = [(t, kv / 1e9) for t, kv, _s in r.timeline]
         occupancy[f"{p} state"] = [(t, st / 1e9) for t, _k, st in r.timeline]
-    evictions = {p: [(c / 1e9, float(by_capacity[c][p].evictions)) for c in capacities] for p in policies}
+    evictions = {
+        p: [(c / 1e9, float(by_capacity[c][p].evictions)) for c in capacities] for p in policies
+    }
     body = [f"<h1>{html.escape(title)}</h1>"]
     body += [f"<p>{html.escape(n)}</p>" for n in notes]
-    body.append(_svg_lines("Token hit rate vs capacity", hit, "capacity (GB)", "token hit rate", ymin=0.0))
-    body.append(_svg_lines(f"TTFT CDF at {capacities[0] / 1e9:.1f} GB" if capacities else "TTFT CDF",
-                           ttft, "TTFT (s)", "fraction of requests", ymin=0.0, ymax=1.0))
-    body.append(_svg_lines("KV (solid) and state (dashed) bytes held over time, smallest capacity",
-                           occupancy, "time (s or request index)", "GB", ymin=0.0))
-    body.append(_svg_lines("Evictions vs capacity", evictions, "capacity (GB)", "evictions", ymin=0.0))
+    body.append(
+        _svg_lines("Token hit rate vs capacity", hit, "capacity (GB)", "token hit rate", ymin=0.0)
+    )
+    body.append(
+        _svg_lines(
+            f"TTFT CDF at {capacities[0] / 1e9:.1f} GB" if capacities else "TTFT CDF",
+            ttft,
+            "TTFT (s)",
+            "fraction of requests",
+            ymin=0.0,
+            ymax=1.0,
+        )
+    )
+    body.append(
+        _svg_lines(
+            "KV (solid) and state (dashed) bytes held over time, smallest capacity",
+            occupancy,
+            "time (s or request index)",
+            "GB",
+            ymin=0.0,
+        )
+    )
+    body.append(
+        _svg_lines("Evictions vs capacity", evictions, "capacity (GB)", "evictions", ymin=0.0)
+    )
     for c in capacities:
-        body.append(f"<h2>capacity {c / 1e9:.2f} GB</h2><pre>{html.escape(table(by_capacity[c]))}</pre>")
+        body.append(
+            f"<h2>capacity {c / 1e9:.2f} GB</h2><pre>{html.escape(table(by_capacity[c]))}</pre>"
+        )
     style = "body{font-family:sans-serif;max-width:1200px;margin:2em auto}svg{margin:0.5em}"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
+    )

@@ -57,7 +57,9 @@ def parse_set_options(options: Sequence[str]) -> dict[str, dict[str, str]]:
     return knobs
 
 
-def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> list[Request]:
+def _bootstrap_window(
+    source: Source, spec: ModelSpec, capacity: int, multiplier: int
+) -> list[Request]:
     """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests."""
     window: list[Request] = []
     filled = 0
@@ -74,14 +76,21 @@ def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier
     return window
 
 
-def _build(config: SimulationConfig, preset: str, capacity: int, extra: Mapping[str, object]) -> HybridPrefixCache:
+def _build(
+    config: SimulationConfig, preset: str, capacity: int, extra: Mapping[str, object]
+) -> HybridPrefixCache:
     knobs = dict((config.knobs or {}).get(preset, {}))
     knobs.update(extra)
-    return build_cache(config.spec, capacity, preset, **knobs)
+    return build_cache(config.spec, capacity, preset, track_ids=False, **knobs)
 
 
 def run_policy(
-    config: SimulationConfig, preset: str, capacity: int, source: Source, *, total: int | None = None
+    config: SimulationConfig,
+    preset: str,
+    capacity: int,
+    source: Source,
+    *,
+    total: int | None = None,
 ) -> PolicyResult:
     """Replay ``source`` through one preset at ``capacity`` bytes."""
     knobs = dict((config.knobs or {}).get(preset, {}))
@@ -113,7 +122,7 @@ def run_policy(
 def footprint_bytes(config: SimulationConfig, source: Source) -> int:
     """The unlimited footprint: peak bytes of the ``hycache`` preset with no capacity limit in
     serial mode (every prompt and output cached, states at its checkpoints)."""
-    cache = build_cache(config.spec, UNLIMITED_BYTES, "hycache")
+    cache = build_cache(config.spec, UNLIMITED_BYTES, "hycache", track_ids=False)
     result = replay_serial(cache, source(), config.cost)
     return result.peak_bytes
 

@@ -96,8 +96,18 @@ class TreeTarget:
     ) -> None:
         components = self._of_kind(kind)
         if len(components) > 1:  # all-or-nothing across groups of this kind: check locks first
-            probe = self.tree.nodes_on(list(tokens)[:end] if end is not None else tokens, ns)
-            if any(n.start >= start and n.lock_ref for n in probe):
+            # Refuse only when a locked node in [start, stop) holds data of one of them (as
+            # release_range does per component): a lock over already-dropped data is no
+            # obstacle. Locks sit at node boundaries, so a locked node is locked as a whole.
+            found = self.tree.match(tokens, ns)
+            stop = found.matched if end is None else min(end, found.matched)
+            if start < stop and any(
+                n.start < stop
+                and n.end > start
+                and n.lock_ref
+                and any(c.has(n) for c in components)
+                for n in found.path
+            ):
                 raise CacheUsageError("drop touches a locked position")
         for component in components:
             self.tree.release_range(component, tokens, start, end, ns)

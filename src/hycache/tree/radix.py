@@ -207,6 +207,32 @@ class RadixTree:
             node = self._split(node, length)
         return node
 
+    def boundary_on_path(self, path: list[Node], length: int) -> Node:
+        """The node of ``path`` (contiguous nodes from the root, as ``insert`` or ``match``
+        return them) that ends exactly at ``length``, splitting the node that contains it when
+        needed; ``path`` is updated in place. No token comparison: the caller vouches that the
+        path is current (no structural change since it was obtained, except through this
+        method)."""
+        if length <= 0 or length % self.page_size:
+            raise CacheUsageError(
+                f"position {length} must be a positive multiple of page_size {self.page_size}"
+            )
+        lo, hi = 0, len(path)
+        while lo < hi:  # first node whose end >= length
+            mid = (lo + hi) // 2
+            if path[mid].end < length:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(path) or path[lo].start >= length:
+            raise CacheUsageError(f"prefix length {length} is not on the path")
+        node = path[lo]
+        if node.end > length:
+            upper = self._split(node, length)
+            path.insert(lo, upper)
+            return upper
+        return node
+
     def nodes_on(
         self, tokens: TokenInput, namespace: str | None = None, *, length: int | None = None
     ) -> list[Node]:
