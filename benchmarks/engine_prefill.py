@@ -56,7 +56,7 @@ def main() -> None:
         cache = build_cache(spec, capacity, "hycache")
         engine = Engine(model, cache)
         # an earlier request leaves the prefix and the state at 3,584 (its prompt end)
-        engine.run([EngineRequest(prompt[:CACHED] + (prompt[CACHED],), 1)])
+        engine.run([EngineRequest((*prompt[:CACHED], prompt[CACHED]), 1)])
         (result,) = engine.run([EngineRequest(prompt, 1)])
         return result.prefill_s, result.hit, result.logits[0]
 
@@ -84,8 +84,10 @@ def main() -> None:
     print(f"{'':8}{'prefill s':>10}  runs")
     print(f"{'cold':8}{cold:10.3f}  " + " ".join(f"{x:.3f}" for x in colds))
     print(f"{'warm':8}{warm:10.3f}  " + " ".join(f"{x:.3f}" for x in warms))
-    print(f"speedup {cold / warm:.2f}x (ideal {PROMPT}/{PROMPT - CACHED} = "
-          f"{PROMPT / (PROMPT - CACHED):.1f}x); last-token logits max |delta| {delta:.1e}")
+    print(
+        f"speedup {cold / warm:.2f}x (ideal {PROMPT}/{PROMPT - CACHED} = "
+        f"{PROMPT / (PROMPT - CACHED):.1f}x); last-token logits max |delta| {delta:.1e}"
+    )
 
 
 if __name__ == "__main__":

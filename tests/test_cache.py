@@ -368,9 +368,15 @@ PREFIX = 64
 def replay_prefixes(admission: str, sightings: list[tuple[int, int]]) -> HybridPrefixCache:
     """Each sighting of prefix ``i`` is one request: the prefix (64 distinct tokens, no page
     shared with another prefix) plus one extra token, so its prompt-end checkpoint lands at
-    the prefix end (page 16)."""
+    the prefix end (page 16). The planner's own learning (skipping checkpoint kinds that are
+    rarely reused) is off: this isolates the admission policy."""
     cache = build_cache(
-        ModelSpec.named("qwen3-next-80b-a3b"), BIG, "hycache", page_size=16, admission=admission
+        ModelSpec.named("qwen3-next-80b-a3b"),
+        BIG,
+        "hycache",
+        page_size=16,
+        admission=admission,
+        adaptive=False,
     )
     order = [i for i, times in sightings for _ in range(times)]
     random.Random(3).shuffle(order)

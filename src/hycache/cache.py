@@ -36,6 +36,7 @@ from hycache.spec import ModelSpec
 from hycache.stats import CacheStats, Counters
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, encode_tokens
 from hycache.tree.node import Node
+from hycache.tree.base import MatchResult
 from hycache.tree.radix import RadixTree
 
 
@@ -86,6 +87,7 @@ class HybridPrefixCache:
         self.leases: dict[int, Lease] = {}
         self.live_sessions: set[str] = set()
         self._node_session: dict[Node, str] = {}
+        self._state_reason: dict[Node, str] = {}  # why the state at a node was checkpointed
         self._next_id = 0
         eviction.attach(self)
 
@@ -117,6 +119,15 @@ class HybridPrefixCache:
         return components
 
     # ------------------------------------------------------------------ memory
+    def state_reason(self, node: Node) -> str:
+        """Why the state at ``node`` was checkpointed ("branch", "prompt_end", ...)."""
+        return self._state_reason.get(node, "unknown")
+
+    def reason_value(self, reason: str) -> float:
+        """How often states kept for ``reason`` were reused so far: (hits + 1) / (stored + 2)."""
+        c = self.counters
+        return (c.reason_hits[reason] + 1) / (c.reason_inserted[reason] + 2)
+
     def is_live(self, node: Node) -> bool:
         session = self._node_session.get(node)
         return session is not None and session in self.live_sessions
@@ -174,15 +185,19 @@ class HybridPrefixCache:
         return short
 
     def _split_at(self, key: bytes, position: int, ns: str | None) -> Node:
-        """``tree.split_at``; a node the split creates holds KV pages the eviction policy has
-        never seen: register them, or they could never be evicted."""
+        """``tree.split_at`` that registers a node the split creates (see ``_register_split``)."""
         version = self.tree.version
         node = self.tree.split_at(key, position, ns)
         if self.tree.version != version:
-            for component in self.kv_components:
-                if component.has(node):
-                    self.eviction.on_insert(node, component)
+            self._register_split(node)
         return node
+
+    def _register_split(self, upper: Node) -> None:
+        """A split created ``upper``, holding KV pages the eviction policy has never seen:
+        register them, or they could never be evicted."""
+        for component in self.kv_components:
+            if component.has(upper):
+                self.eviction.on_insert(upper, component)
 
     def _evict(self, node: Node, component: Component) -> None:
         if isinstance(component, RecurrentComponent):
@@ -198,6 +213,8 @@ class HybridPrefixCache:
             self.tree.remove_leaf(node)
         if node.parent is None:
             self._node_session.pop(node, None)
+        if not isinstance(component, RecurrentComponent) or node.parent is None:
+            self._state_reason.pop(node, None)
 
     # ------------------------------------------------------------------ lifecycle
     def admit(
@@ -254,12 +271,25 @@ class HybridPrefixCache:
         working = {kind: self.pool.alloc(kind, count) for kind, count in demand.items()}
         budget = self.default_token_budget if token_budget is None else token_budget
         plan = self.checkpoint_policy.plan(
-            PlanInput(n, hit, result.kv_hit, self.page_size, budget, max_new_tokens)
+            PlanInput(
+                n,
+                hit,
+                result.kv_hit,
+                self.page_size,
+                budget,
+                max_new_tokens,
+                {
+                    r: (stored, self.counters.reason_hits[r])
+                    for r, stored in self.counters.reason_inserted.items()
+                },
+            )
         )
         source = None
         if self.recurrent is not None and locked is not None:
             source = self.recurrent.state_of(locked)
             self.counters.cow_copies += source is not None
+            if source is not None:
+                self.counters.reason_hits[self._state_reason.get(locked, "unknown")] += 1
         path = [] if locked is None else locked.path_from_root()
         self.eviction.on_hit(path, locked)
         self._count_match(n, hit, result.kv_hit, list(result.path))
@@ -375,12 +405,13 @@ class HybridPrefixCache:
         cached = total - total % self.page_size
         for component in self.kv_components:
             self.pool.free(component.kind, lease.working.pop(component.kind))
-        need = self._pages_needed(key, ns, cached)
+        key = key[: cached * TOKEN_BYTES]
+        found = self.tree.match(key, ns)
         inserted: list[int] = []
         refused: list[int] = []
-        if self._ensure(need):
+        if self._ensure(self._pages_needed(found, cached)):
             cached = 0  # cannot place the KV: store nothing
-        path = self.tree.insert(key, ns, length=cached) if cached else []
+        path = self.tree.insert(key, ns, after=found) if cached else []
         for node in path:
             for component in self.kv_components:
                 self.eviction.on_insert(node, component)
@@ -397,7 +428,7 @@ class HybridPrefixCache:
             candidates[total] = (running.pop(), "final")
         for position in sorted(candidates):
             slot, reason = candidates[position]
-            if self._store_state(key, ns, position, slot, reason, cached):
+            if self._store_state(path, key, ns, position, slot, reason, cached):
                 inserted.append(position)
             else:
                 refused.append(position)
@@ -419,21 +450,39 @@ class HybridPrefixCache:
         return FinishResult(cached, tuple(inserted), tuple(refused))
 
     def _store_state(
-        self, key: bytes, ns: str | None, position: int, slot: int, reason: str, cached: int
+        self,
+        path: list[Node],
+        key: bytes,
+        ns: str | None,
+        position: int,
+        slot: int,
+        reason: str,
+        cached: int,
     ) -> bool:
+        """Hand state ``slot`` (taken at ``position``) to the tree if admitted; ``path`` is the
+        insert path of ``key`` (kept current as nodes split)."""
         assert self.recurrent is not None
         if position > cached:
             return False
-        digest = hashlib.blake2b(key[: position * TOKEN_BYTES], digest_size=16)
-        digest.update(repr(ns).encode())
-        if not self.admission.admit(digest.digest(), reason):
+        if self.admission.uses_sightings:
+            digest = hashlib.blake2b(key[: position * TOKEN_BYTES], digest_size=16)
+            digest.update(repr(ns).encode())
+            sighting = digest.digest()
+        else:
+            sighting = b""
+        if not self.admission.admit(sighting, reason):
             self.counters.states_rejected += 1
             return False
-        node = self._split_at(key, position, ns)
+        version = self.tree.version
+        node = self.tree.boundary_on_path(path, position)
+        if self.tree.version != version:
+            self._register_split(node)
         if not self.recurrent.adopt(node, slot):
             self.counters.states_duplicate += 1
             return False
         self.counters.states_inserted += 1
+        self.counters.reason_inserted[reason] += 1
+        self._state_reason[node] = reason
         self.eviction.on_insert(node, self.recurrent)
         return True
 
@@ -450,15 +499,17 @@ class HybridPrefixCache:
                 self.tree.release(node, self.recurrent)
         return capped
 
-    def _pages_needed(self, key: bytes, ns: str | None, length: int) -> dict[str, int]:
-        """KV pages per kind an insert of ``key[:length]`` would allocate."""
+    def _pages_needed(self, found: MatchResult, length: int) -> dict[str, int]:
+        """KV pages per kind an insert of ``length`` tokens would allocate, given the match
+        ``found`` of exactly those tokens."""
         if not length:
             return {}
-        path, matched = self.tree._walk(key[: length * TOKEN_BYTES], ns)
         need = {}
         for component in self.kv_components:
-            revive = sum(n.length for n in path if n.end <= matched and not component.has(n))
-            need[component.kind] = (length - matched + revive) // self.page_size
+            revive = sum(
+                n.length for n in found.path if n.end <= found.matched and not component.has(n)
+            )
+            need[component.kind] = (length - found.matched + revive) // self.page_size
         return need
 
     def abort(self, lease: Lease) -> None:
@@ -497,6 +548,7 @@ class HybridPrefixCache:
             raise CacheUsageError(f"clear() with {len(self.leases)} request(s) in flight")
         self.tree.clear()
         self._node_session.clear()
+        self._state_reason.clear()
 
     def stats(self) -> CacheStats:
         c, pool = self.counters, self.pool

@@ -30,6 +30,8 @@ class Counters:
     states_rejected: int = 0
     states_duplicate: int = 0
     states_capped: int = 0
+    reason_inserted: Counter[str] = field(default_factory=Counter)
+    reason_hits: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)

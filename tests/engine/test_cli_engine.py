@@ -40,9 +40,7 @@ def test_registering_does_not_import_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_init_model_writes_a_checkpoint(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_init_model_writes_a_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tiny"
     argv = ["init-model", "--arch", "bamba", "--out", str(out), "--layers", "3", "--seed", "2"]
     assert run(argv) == 0
@@ -69,6 +67,22 @@ def test_verify_passes_and_reports_reuse(capsys: pytest.CaptureFixture[str]) -> 
     assert reused > 0
     for arch in ("qwen3_next", "gemma3"):
         assert f"== {arch} " in out
+
+
+def test_verify_a_checkpoint_directory(
+    model_dirs: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--model`` verifies a checkpoint the user has (here: one written by init-model)."""
+    argv = ["verify", "--arch", "mine", "--model", str(model_dirs("kimi_linear"))]
+    assert run([*argv, "--policy", "marconi", "--requests", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "mine:" in out and "PASS" in out
+
+
+def test_verify_scaled_simulator_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["verify", "--arch", "gemma3", "--policy", "sglang", "--workload", "sim:docqa"]
+    assert run([*argv, "--requests", "6"]) == 0
+    assert "sim:docqa" in capsys.readouterr().out
 
 
 def test_verify_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,7 +136,13 @@ def test_numbers_alone_catch_injected_faults(
 ) -> None:
     """Without the owner-tag checks the logits comparison still catches every fault."""
     cell = verify_cell(
-        models(arch), arch, policy, workload, requests=16, seed=0, inject=inject,
+        models(arch),
+        arch,
+        policy,
+        workload,
+        requests=16,
+        seed=0,
+        inject=inject,
         check_owners=False,
     )
     assert not cell.violations

@@ -107,8 +107,8 @@ def test_copy_on_write_leaves_the_cached_state_untouched(
     engine = Engine(model, cache, max_running=2)
     rng = random.Random(7)
     shared = _prompt(rng, 64)
-    engine.run([EngineRequest(shared + (5,), 1)])  # state at 64 (prompt end)
-    assert cache.lookup(shared + (9, 9))[0] == 64
+    engine.run([EngineRequest((*shared, 5), 1)])  # state at 64 (prompt end)
+    assert cache.lookup((*shared, 9, 9))[0] == 64
     slots = engine.store.slots
     assert slots is not None
     slot = next(
@@ -159,9 +159,12 @@ def test_multi_turn_reuses_decoded_tokens(models: Callable[[str], LoadedModel]) 
 
 def test_bad_requests(models: Callable[[str], LoadedModel]) -> None:
     model = models("gemma3")
-    engine = Engine(model, build_cache(model.spec, default_capacity(model.spec), "hycache"))
+    cache = build_cache(model.spec, default_capacity(model.spec), "hycache")
+    engine = Engine(model, cache, max_running=2)
     with pytest.raises(ConfigError, match="token ids"):
-        engine.run([EngineRequest((1, 5000), 1)])
+        engine.run([EngineRequest((1, 2, 3), 2), EngineRequest((1, 5000), 1)])
+    assert not engine.cache.leases  # the request in flight was aborted
+    engine.cache.check_integrity()
     with pytest.raises(ConfigError, match="at least one token"):
         engine.run([EngineRequest((1, 2), 0)])
     with pytest.raises(ConfigError, match="inject"):

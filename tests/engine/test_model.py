@@ -57,9 +57,9 @@ def test_every_listed_arch_has_a_tiny_config() -> None:
 
 
 def test_bad_arguments_are_typed_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unsupported architecture 'mamba9'.*qwen3_next"):
+    with pytest.raises(ConfigError, match=r"unsupported architecture 'mamba9'.*qwen3_next"):
         tiny_config_dict("mamba9")
-    with pytest.raises(ConfigError, match="--hidden"):
+    with pytest.raises(ConfigError, match=r"--hidden"):
         tiny_config_dict("bamba", hidden=40)
     with pytest.raises(ConfigError, match="--layers"):
         tiny_config_dict("nemotron_h", layers=2)
@@ -72,12 +72,12 @@ def test_bad_directories_name_what_is_missing(
         load_model(tmp_path / "nowhere")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ConfigError, match="missing config.json"):
+    with pytest.raises(ConfigError, match=r"missing config\.json"):
         load_model(empty)
     no_weights = tmp_path / "no_weights"
     no_weights.mkdir()
     shutil.copy(model_dirs("bamba") / "config.json", no_weights / "config.json")
-    with pytest.raises(ConfigError, match="missing model.safetensors"):
+    with pytest.raises(ConfigError, match=r"missing model\.safetensors"):
         load_model(no_weights)
     alien = tmp_path / "alien"
     shutil.copytree(model_dirs("bamba"), alien)

@@ -268,6 +268,24 @@ def test_freeing_more_than_allocated_is_caught() -> None:
         pool.free("full", [0])
 
 
+def test_accounting_only_pool_counts_without_ids() -> None:
+    """``track_ids=False`` (the simulator): bytes and units are accounted exactly, ids are
+    not remembered."""
+    pool = shared_pool(tiny(), 10_000, page_size=16, track_ids=False)
+    pages = pool.alloc("full", 3)
+    assert list(pages) == [0, 1, 2]
+    assert list(pool.alloc("full", 2)) == [0, 1]
+    assert pool.used_bytes == 5 * 1024 and pool.units["full"] == 5
+    with pytest.raises(CapacityError):
+        pool.alloc("recurrent", 5)
+    pool.check_integrity()
+    pool.free("full", pages)
+    pool.check_integrity()
+    pool.used["bytes"] -= 1
+    with pytest.raises(AssertionError):
+        pool.check_integrity()
+
+
 def test_unbounded_store() -> None:
     store = UnboundedStore()
     pages = store.alloc_pages(3)

@@ -17,6 +17,8 @@ hit) and against the brute-force ``ReferenceCache`` rebuilt from the tree's cont
 finish, ``cache.lookup`` is compared with that reference on many queries, and what finish
 reports as stored must be in the tree (never half-inserted). At the end every request is
 finished or aborted and ``cache.clear()`` must leave every pool empty.
+
+``HYCACHE_WORKLOAD_EXAMPLES`` sets the examples per preset (default 100) for longer hunts.
 """
 
 from __future__ import annotations
@@ -148,7 +150,6 @@ def _working_set(cache: HybridPrefixCache, tokens: int) -> dict[str, int]:
     page = cache.page_size
     demand = {c.kind: -(-tokens // page) for c in cache.kv_components}
     if cache.recurrent is not None:
-        # running slots plus one checkpoint copy per planned point can be in flight at once
         demand["recurrent"] = cache.running_slots
     return demand
 
@@ -288,7 +289,6 @@ class Workload:
     stems: list[list[int]]
     history: list[tuple[list[int], str | None]] = field(default_factory=list)
     live: list[Live] = field(default_factory=list)
-    sessions: int = 0
 
     def check(self) -> None:
         self.cache.check_integrity()
@@ -296,7 +296,7 @@ class Workload:
         for live in self.live:
             _check_locked(self.cache, live)
 
-    def compare(self, data: st.DataObject, extra: list[tuple[list[int], str | None]]) -> None:
+    def compare(self, extra: list[tuple[list[int], str | None]]) -> None:
         ref = _reference(self.cache)
         queries = list(extra) + self.history[-6:]
         queries += [(stem, ns) for stem in self.stems for ns in (None, "tenant-b")]
@@ -398,8 +398,9 @@ def run_workload(data: st.DataObject, setup_name: str) -> None:
     factor = data.draw(st.sampled_from([1.0, 1.0, 1.3, 1.6, 2.5]), label="budget factor")
     extra_states = data.draw(st.integers(0, 4), label="extra states")
     capacity = int(_min_capacity(setup_name, spec_name) * factor) + extra_states * 1280
-    cache = build_cache(spec, capacity, setup.preset, **knobs)
-    note(f"{setup_name} {spec_name} capacity={capacity} knobs={knobs}")
+    track_ids = data.draw(st.sampled_from([True, True, True, False]), label="track_ids")
+    cache = build_cache(spec, capacity, setup.preset, track_ids=track_ids, **knobs)
+    note(f"{setup_name} {spec_name} capacity={capacity} knobs={knobs} track_ids={track_ids}")
     alphabet = data.draw(st.sampled_from([1, 3, 50]), label="alphabet")
     stems = data.draw(
         st.lists(
@@ -412,12 +413,14 @@ def run_workload(data: st.DataObject, setup_name: str) -> None:
     work = Workload(cache, alphabet, stems)
     steps = data.draw(st.integers(6, 40), label="steps")
     for _ in range(steps):
-        ops = ["admit"] if len(work.live) < MAX_LIVE else []
+        ops = ["admit"] if len(work.live) < MAX_LIVE else ["end_session"]
         if work.live:
             ops += ["record", "extend", "finish", "finish", "finish", "abort"]
         op = data.draw(st.sampled_from(ops), label="op")
         if op == "admit":
             work.admit(data)
+        elif op == "end_session":
+            cache.end_session(data.draw(st.sampled_from(["s0", "s1"]), label="session"))
         else:
             live = data.draw(st.sampled_from(work.live), label="lease")
             if op == "record":
@@ -426,7 +429,7 @@ def run_workload(data: st.DataObject, setup_name: str) -> None:
                 work.extend(data, live)
             elif op == "finish":
                 work.finish(live)
-                work.compare(data, [(live.prompt + live.output, live.lease.namespace)])
+                work.compare([(live.prompt + live.output, live.lease.namespace)])
             else:
                 work.abort(live)
         work.check()
@@ -436,7 +439,7 @@ def run_workload(data: st.DataObject, setup_name: str) -> None:
         else:
             work.abort(live)
         work.check()
-    work.compare(data, [])
+    work.compare([])
     stats = cache.stats()
     event(f"hits: {min(stats.requests_hit, 3)}")
     event(f"requests: {min(stats.requests // 4, 3)}")
@@ -454,7 +457,7 @@ def run_workload(data: st.DataObject, setup_name: str) -> None:
 
 @pytest.mark.parametrize("setup_name", sorted(SETUPS))
 @settings(
-    max_examples=int(os.environ.get("HYCACHE_WORKLOAD_EXAMPLES", "70")),
+    max_examples=int(os.environ.get("HYCACHE_WORKLOAD_EXAMPLES", "100")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hycache.cache import HybridPrefixCache
 from hycache.components.full import PagedKVComponent
@@ -87,6 +87,7 @@ class RequestResult:
     waits: int = 0
 
 
+@runtime_checkable
 class RequestSource(Protocol):
     """Where the scheduler pulls requests from (sessions make some wait for others)."""
 
@@ -127,6 +128,15 @@ class _Deferred:
     due: int  # copy once this many tokens have been consumed (-1: after the next forward)
 
 
+@dataclass
+class _Flight:
+    """A request in flight: its result so far, its step generator and its lease."""
+
+    result: RequestResult
+    steps: Generator[None, None, None]
+    lease: Lease
+
+
 class Engine:
     """Runs requests on ``model`` with ``cache``; the tensors behind the cache's ids live in
     ``self.store``."""
@@ -145,6 +155,8 @@ class Engine:
             raise ConfigError(f"unknown inject {inject!r}; known: {', '.join(INJECTS)}")
         if max_running < 1:
             raise ConfigError(f"max_running must be >= 1, got {max_running}")
+        if not getattr(cache.pool, "track_ids", True):
+            raise ConfigError("the engine needs a cache that hands out real ids (track_ids=True)")
         self.model = model
         self.cache = cache
         self.max_running = max_running
@@ -152,7 +164,12 @@ class Engine:
         self.check_owners = check_owners
         self.check_tree = check_tree
         self.page_size = cache.page_size
-        self.store = TensorStore(model.layout, cache.page_size, model.dtype)
+        pool = cache.pool
+        limits = {
+            kind: pool.budgets[pool.resource_of(kind)] // pool.unit_bytes(kind)
+            for kind in pool.costs
+        }
+        self.store = TensorStore(model.layout, cache.page_size, model.dtype, limits)
         self.kv_components: dict[str, PagedKVComponent] = {c.kind: c for c in cache.kv_components}
         self._check_accounting()
         self.window = model.layout.window
@@ -206,13 +223,18 @@ class Engine:
     # ------------------------------------------------------------------ scheduling
     def run(self, requests: Iterable[EngineRequest] | RequestSource) -> list[RequestResult]:
         """Run every request (interleaving up to ``max_running``); results in finish order."""
-        source: RequestSource
-        if isinstance(requests, ListSource) or hasattr(requests, "next_ready"):
-            source = requests  # type: ignore[assignment]
-        else:
-            source = ListSource(requests)  # type: ignore[arg-type]
+        source = requests if isinstance(requests, RequestSource) else ListSource(requests)
+        running: list[_Flight] = []
+        try:
+            return self._schedule(source, running)
+        finally:
+            for flight in running:  # an error stopped the run: abort what is still in flight
+                flight.steps.close()
+                if flight.lease.active:
+                    self.cache.abort(flight.lease)
+
+    def _schedule(self, source: RequestSource, running: list[_Flight]) -> list[RequestResult]:
         results: list[RequestResult] = []
-        running: list[tuple[RequestResult, Generator[None, None, None]]] = []
         waiting: deque[EngineRequest] = deque()
         waits: dict[int, int] = {}
         while True:
@@ -235,23 +257,22 @@ class Engine:
                     continue
                 result = RequestResult(request, "running", outcome.hit, outcome.kv_hit)
                 result.waits = waits.pop(id(request), 0)
-                running.append((result, self._process(request, outcome, result)))
+                running.append(_Flight(result, self._process(request, outcome, result), outcome))
             if not running:
                 if waiting or not source.exhausted:
                     if waiting:
                         continue  # idle now: the next admit runs with idle=True
                     raise RuntimeError("request source has nothing ready and nothing is running")
                 break
-            for entry in list(running):
-                result, steps = entry
+            for flight in list(running):
                 try:
-                    next(steps)
+                    next(flight.steps)
                 except StopIteration:
-                    running.remove(entry)
-                    results.append(result)
+                    running.remove(flight)
+                    results.append(flight.result)
                     self.requests_done += 1
                     self.check_memory()
-                    source.done(result)
+                    source.done(flight.result)
         return results
 
     def _admit(self, request: EngineRequest, *, idle: bool) -> Lease | Wait | RequestResult:
@@ -381,6 +402,7 @@ class Engine:
                 lo = max(0, hit - self.window + 1)
                 lo -= lo % page
             ids: list[int] = []
+            starts: list[int] = []
             for node in nodes:
                 if node.end <= lo:
                     continue
@@ -388,14 +410,16 @@ class Engine:
                 assert data is not None, f"{kind} KV missing on {node} below the hit {hit}"
                 for j, page_id in enumerate(data):
                     start = node.start + j * page
-                    if start + page <= lo:
-                        continue
-                    ids.append(page_id)
-                    if self.check_owners and pages.owner[page_id] != tags.tag(start + page):
-                        violations.append(
-                            f"{kind} page {page_id} read for positions [{start}, {start + page})"
-                            " holds another prefix's KV"
-                        )
+                    if start + page > lo:
+                        ids.append(page_id)
+                        starts.append(start)
+            pages.ensure(max(ids))
+            for page_id, start in zip(ids, starts, strict=True):
+                if self.check_owners and pages.owner[page_id] != tags.tag(start + page):
+                    violations.append(
+                        f"{kind} page {page_id} read for positions [{start}, {start + page})"
+                        " holds another prefix's KV"
+                    )
             keys, values = pages.read(ids)
             for i, layer in enumerate(pages.layers):
                 cache_layer = dc.layers[layer.index]
@@ -409,6 +433,7 @@ class Engine:
         if slots is not None:
             source = lease.source_state
             assert source is not None, f"hit {hit} without a state to resume from"
+            slots.ensure(source)
             if self.check_owners and slots.owner[source] != tags.tag(hit):
                 violations.append(
                     f"state slot {source} restored at position {hit} was not taken there"
@@ -469,7 +494,7 @@ class Engine:
         if self.inject == "off-grid" and not self._cache_misplaces():
             deferred.append(_Deferred(position, reason, position + max(1, self.page_size // 2)))
             return
-        self._record(lease, dc, tags, position, position, reason, result)
+        self._record(lease, dc, tags, position, reason, result)
 
     def _record(
         self,
@@ -477,14 +502,15 @@ class Engine:
         dc: Any,
         tags: PrefixTags,
         position: int,
-        believed: int,
         reason: str,
         result: RequestResult,
     ) -> None:
-        slot = self.cache.record_checkpoint(lease, believed, reason)
+        """Copy the current state into a slot for ``position`` (which is where the engine
+        believes it is; the injected faults call this when the state has moved on)."""
+        slot = self.cache.record_checkpoint(lease, position, reason)
         if slot is not None:
-            self._write_state(dc, slot, tags.tag(believed))
-            result.checkpoints.append(believed)
+            self._write_state(dc, slot, tags.tag(position))
+            result.checkpoints.append(position)
 
     def _flush(
         self,
@@ -503,7 +529,7 @@ class Engine:
             due = force or (d.due == -1 and after_forward) or (d.due != -1 and pos >= d.due)
             if due:
                 deferred.remove(d)
-                self._record(lease, dc, tags, pos, d.position, d.reason, result)
+                self._record(lease, dc, tags, d.position, d.reason, result)
 
     # ------------------------------------------------------------------ scatter
     def _scatter(

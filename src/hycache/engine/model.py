@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hycache.errors import ConfigError, SpecError
 from hycache.spec import (
@@ -54,8 +54,9 @@ def require_engine() -> None:
         )
     import transformers
 
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    tf: Any = transformers
+    tf.logging.set_verbosity_error()
+    tf.utils.logging.disable_progress_bar()
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -140,7 +141,7 @@ class CacheLayout:
 
     @property
     def window(self) -> int | None:
-        windows = {a.window for a in self.attention if a.kind == "swa"}
+        windows = {a.window for a in self.attention if a.kind == "swa" and a.window is not None}
         if len(windows) > 1:
             raise ConfigError(f"sliding-window layers with different windows {sorted(windows)}")
         return windows.pop() if windows else None
@@ -172,7 +173,8 @@ class LoadedModel:
         cache = DynamicCache(config=self.model.config)
         for a in self.layout.attention:
             if a.kind == "swa":
-                cache.layers[a.index].activate_past_recording()
+                layer: Any = cache.layers[a.index]
+                layer.activate_past_recording()
         return cache
 
     def forward(self, cache: Any, tokens: list[int], start: int) -> torch.Tensor:
@@ -237,6 +239,7 @@ def load_model(path: str | os.PathLike[str], *, dtype: str = "float32") -> Loade
     from transformers import AutoModelForCausalLM
 
     kwargs: dict[str, Any] = {"dtype": torch_type}
+    model: Any
     try:
         try:
             model = AutoModelForCausalLM.from_pretrained(
@@ -277,6 +280,7 @@ def measure_layout(model: Any) -> CacheLayout:
         )
     attention: list[AttnLayer] = []
     states: list[StateTensor] = []
+    layer: Any
     for index, layer in enumerate(cache.layers):
         if isinstance(layer, CacheLayerMixin) and layer.is_initialized:
             keys, values = layer.keys, layer.values
@@ -288,7 +292,7 @@ def measure_layout(model: Any) -> CacheLayout:
                         "swa" if sliding else "full",
                         (int(keys.shape[1]), int(keys.shape[3])),
                         (int(values.shape[1]), int(values.shape[3])),
-                        int(layer.sliding_window) if sliding else None,
+                        int(cast(Any, layer).sliding_window) if sliding else None,
                     )
                 )
         if isinstance(layer, LinearAttentionCacheLayerMixin):

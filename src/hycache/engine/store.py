@@ -8,8 +8,9 @@ Here every id maps to tensors:
 * state slot id: for every recurrent layer and state index, its conv window
   ``[channels, kernel - 1]`` and recurrent state.
 
-Storage is one tensor per layer and role, ``[capacity, ...]``, grown by doubling as ids appear
-(ids are dense, and the pool's budget bounds how many can be live at once).
+Storage is one tensor per layer and role, ``[capacity, ...]``, grown by doubling as ids appear,
+never beyond ``limit`` ids: the pool hands out the lowest free ids first, so no id reaches the
+number of units of that kind the budget can hold.
 
 Every id carries an *owner tag*: a digest of (namespace, token prefix) naming what the content
 belongs to: a page is the KV of positions ``[end - page, end)`` of the prefix of length ``end``,
@@ -21,7 +22,7 @@ tags on every read (a mismatch is an integrity violation: stale or misfiled data
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hycache.engine.model import AttnLayer, CacheLayout, StateTensor
@@ -60,6 +61,16 @@ class PrefixTags:
         return digest
 
 
+def _capacity(current: int, max_id: int, limit: int | None) -> int:
+    capacity = max(16, 2 * current)
+    while capacity <= max_id:
+        capacity *= 2
+    if limit is not None:
+        assert max_id < limit, f"id {max_id} beyond the {limit} units the budget can hold"
+        capacity = min(capacity, limit)
+    return capacity
+
+
 def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:
     import torch
 
@@ -71,9 +82,16 @@ def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:
 class PageTensors:
     """KV pages of one unit kind ("full" or "swa") over the attention layers of that kind."""
 
-    def __init__(self, layers: Sequence[AttnLayer], page_size: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        layers: Sequence[AttnLayer],
+        page_size: int,
+        dtype: torch.dtype,
+        limit: int | None = None,
+    ) -> None:
         import torch
 
+        self.limit = limit
         self.layers = tuple(layers)
         self.page_size = page_size
         self.k = [torch.zeros((0, page_size, *a.k_shape), dtype=dtype) for a in self.layers]
@@ -90,9 +108,7 @@ class PageTensors:
     def ensure(self, max_id: int) -> None:
         if max_id < self.capacity:
             return
-        capacity = max(16, self.capacity)
-        while capacity <= max_id:
-            capacity *= 2
+        capacity = _capacity(self.capacity, max_id, self.limit)
         self.k = [_grown(t, capacity) for t in self.k]
         self.v = [_grown(t, capacity) for t in self.v]
         self.owner.extend([None] * (capacity - len(self.owner)))
@@ -167,9 +183,10 @@ def _row_bytes(t: torch.Tensor) -> int:
 class StateSlots:
     """Recurrent-state slots: per (layer, state index) the conv window and recurrent state."""
 
-    def __init__(self, states: Sequence[StateTensor], dtype: torch.dtype) -> None:
-        import torch
-
+    def __init__(
+        self, states: Sequence[StateTensor], dtype: torch.dtype, limit: int | None = None
+    ) -> None:
+        self.limit = limit
         self.states = tuple(states)
         self.conv: list[torch.Tensor | None] = []
         self.rec: list[torch.Tensor | None] = []
@@ -187,9 +204,7 @@ class StateSlots:
     def ensure(self, slot: int) -> None:
         if slot < self.capacity:
             return
-        capacity = max(8, self.capacity)
-        while capacity <= slot:
-            capacity *= 2
+        capacity = _capacity(self.capacity, slot, self.limit)
         self.conv = [None if t is None else _grown(t, capacity) for t in self.conv]
         self.rec = [None if t is None else _grown(t, capacity) for t in self.rec]
         self.owner.extend([None] * (capacity - len(self.owner)))
@@ -223,15 +238,24 @@ class StateSlots:
 class TensorStore:
     """All tensors behind one cache's ids (see the module docstring)."""
 
-    def __init__(self, layout: CacheLayout, page_size: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        layout: CacheLayout,
+        page_size: int,
+        dtype: torch.dtype,
+        limits: Mapping[str, int] | None = None,
+    ) -> None:
+        limits = limits or {}
         self.layout = layout
         self.page_size = page_size
         self.pages: dict[str, PageTensors] = {}
         for kind in ("full", "swa"):
             layers = layout.attention_of(kind)
             if layers:
-                self.pages[kind] = PageTensors(layers, page_size, dtype)
-        self.slots = StateSlots(layout.states, dtype) if layout.states else None
+                self.pages[kind] = PageTensors(layers, page_size, dtype, limits.get(kind))
+        self.slots = (
+            StateSlots(layout.states, dtype, limits.get("recurrent")) if layout.states else None
+        )
 
     def tensor_bytes(self) -> int:
         """Bytes of every allocated backing tensor (capacity, not live ids)."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from hycache.engine.archs import init_model
 from hycache.engine.engine import Engine, RequestResult
@@ -146,7 +146,9 @@ def verify_cell(
     tol = DEFAULT_TOLERANCE.get(dtype, 1e-4) if tolerance is None else tolerance
     budget = default_capacity(model.spec) if capacity is None else capacity
     settings = policy_knobs(policy, model.spec, chunk=chunk, inject=inject) | (knobs or {})
-    cache: HybridPrefixCache = build_cache(model.spec, budget, policy, **settings)
+    cache: HybridPrefixCache = build_cache(
+        model.spec, budget, policy, track_ids=True, **cast(dict[str, Any], settings)
+    )
     engine = Engine(model, cache, max_running=max_running, inject=inject, check_owners=check_owners)
     turns = generate_turns(workload, requests=requests, seed=seed, vocab=model.vocab_size)
     source = SessionSource(turns)

@@ -93,42 +93,41 @@ def _tokens(rng: random.Random, vocab: int, count: int) -> tuple[int, ...]:
     return tuple(rng.randrange(3, vocab) for _ in range(count))
 
 
+@dataclass
+class _Chat:
+    name: str
+    turns_left: int
+    length: int
+    namespace: str | None
+    turns: int = 0
+
+
 def _chat(rng: random.Random, vocab: int, requests: int) -> list[Turn]:
     systems = [_tokens(rng, vocab, rng.randrange(24, 60)) for _ in range(2)]
-    sessions: list[dict[str, object]] = []
+    sessions: list[_Chat] = []
     turns: list[Turn] = []
     active: list[int] = []
     while len(turns) < requests:
         if len(active) < 3 or rng.random() < 0.15:
             k = len(sessions)
-            sessions.append(
-                {
-                    "name": f"chat-{k}",
-                    "left": rng.randrange(2, 7),
-                    "length": 0,
-                    "ns": "tenant-b" if k % 4 == 3 else None,
-                }
-            )
+            tenant = "tenant-b" if k % 4 == 3 else None
+            sessions.append(_Chat(f"chat-{k}", rng.randrange(2, 7), 0, tenant))
             active.append(k)
         k = rng.choice(active)
         s = sessions[k]
         output = rng.randrange(2, 9)
-        name = str(s["name"])
-        ns = s["ns"] if isinstance(s["ns"], str) else None
-        length = int(str(s["length"]))
-        if length == 0:
+        if s.turns == 0:
             system = systems[k % 2]
             user = _tokens(rng, vocab, rng.randrange(20, 110))
-            turns.append(Turn(f"{name}.0", system + user, output, name, False, ns))
-            length = len(system) + len(user) + output
+            turns.append(Turn(f"{s.name}.0", system + user, output, s.name, False, s.namespace))
+            s.length = len(system) + len(user) + output
         else:
             user = _tokens(rng, vocab, rng.randrange(8, 70))
-            index = sum(1 for t in turns if t.session == name)
-            turns.append(Turn(f"{name}.{index}", user, output, name, True, ns))
-            length += len(user) + output
-        left = int(str(s["left"])) - 1
-        s["left"], s["length"] = left, length
-        if left <= 0 or length + 80 > MAX_PROMPT:
+            turns.append(Turn(f"{s.name}.{s.turns}", user, output, s.name, True, s.namespace))
+            s.length += len(user) + output
+        s.turns += 1
+        s.turns_left -= 1
+        if s.turns_left <= 0 or s.length + 80 > MAX_PROMPT:
             active.remove(k)
     return turns
 
@@ -145,10 +144,10 @@ def _branching(rng: random.Random, vocab: int, requests: int) -> list[Turn]:
             turns.append(Turn(f"branch-{i}", rng.choice(seen), output))
             continue
         if continuing and draw < 0.35:  # continue a branch chat-style
-            session = rng.choice(continuing)
+            resumed = rng.choice(continuing)
             tail = _tokens(rng, vocab, rng.randrange(8, 60))
-            turns.append(Turn(f"branch-{i}", tail, output, session, True))
-            continuing.remove(session)
+            turns.append(Turn(f"branch-{i}", tail, output, resumed, True))
+            continuing.remove(resumed)
             continue
         base = rng.choice(roots) if not seen or draw < 0.65 else rng.choice(seen)
         cut = rng.randrange(max(1, len(base) // 3), len(base) + 1)
@@ -157,7 +156,7 @@ def _branching(rng: random.Random, vocab: int, requests: int) -> list[Turn]:
         if len(prompt) < MIN_PROMPT:
             prompt += _tokens(rng, vocab, MIN_PROMPT - len(prompt))
         seen.append(prompt)
-        session = None
+        session: str | None = None
         if len(prompt) < MAX_PROMPT - 80 and rng.random() < 0.4:
             session = f"branch-s{i}"
             continuing.append(session)

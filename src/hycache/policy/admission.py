@@ -12,6 +12,8 @@ from hycache.policy.base import AdmissionPolicy
 
 
 class AlwaysAdmit(AdmissionPolicy):
+    uses_sightings = False
+
     def admit(self, sighting: bytes, reason: str) -> bool:
         return True
 

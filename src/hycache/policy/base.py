@@ -12,7 +12,8 @@ after consuming p tokens, taken before the next chunk overwrites it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class PlanInput:
     page_size: int
     token_budget: int | None  # max tokens per prefill chunk; None = one chunk
     max_new_tokens: int
+    #: per checkpoint reason, (states stored so far, of which reused): what adaptive planners
+    #: learn from
+    reason_record: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class CheckpointPolicy(ABC):
 
 class AdmissionPolicy(ABC):
     """Decides, at finish, whether a checkpoint is stored. May remember what it has seen."""
+
+    #: whether ``admit`` looks at ``sighting`` (else the cache passes b"" and skips hashing)
+    uses_sightings: bool = True
 
     @abstractmethod
     def admit(self, sighting: bytes, reason: str) -> bool:
@@ -95,4 +102,6 @@ class EvictionPolicy(ABC):
         again."""
 
     def on_liveness_change(self, nodes: list[Node]) -> None:
-        """The session owning ``nodes`` ended (``cache.is_live`` changed for them)."""
+        """The session owning ``nodes`` ended (``cache.is_live`` changed for them). Policies
+        that do not rank by liveness ignore it."""
+        return None

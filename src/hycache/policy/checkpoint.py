@@ -129,6 +129,9 @@ class MarconiPlanner(CheckpointPolicy):
         return PrefillPlan(tuple(ends), points, keep_final_state=True)
 
 
+COARSE_GRIDS: tuple[tuple[int, str], ...] = ((512, "coarse_512"), (2048, "coarse_2048"))
+
+
 class HycachePlanner(CheckpointPolicy):
     """hycache: checkpoint where the next request is likely to resume.
 
@@ -141,13 +144,20 @@ class HycachePlanner(CheckpointPolicy):
     * the end of the request (input + output, rounded down to a page): the next turn of a
       conversation resumes there;
     * optionally one every ``interval`` prompt tokens.
+
+    It learns which of these pay: once 32 states of a reason were stored, a reason reused less
+    than once per 10 stored states is skipped, except on every 16th request (to keep learning).
     """
 
-    def __init__(self, interval: int = 0, *, learn_grid: bool = True) -> None:
+    def __init__(
+        self, interval: int = 0, *, learn_grid: bool = True, adaptive: bool = True
+    ) -> None:
         self.interval = interval
         self.learn_grid = learn_grid
+        self.adaptive = adaptive
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
+        self._plans = 0
 
     def divergence_grid(self, page: int) -> int:
         """The learned grid (>= page); ``page`` until 20 divergences were observed."""
@@ -171,9 +181,16 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 
+    def _pays(self, reason: str, request: PlanInput) -> bool:
+        if not self.adaptive:
+            return True
+        stored, reused = request.reason_record.get(reason, (0, 0))
+        return stored < 32 or reused * 10 >= stored or self._plans % 16 == 0
+
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start, page = request.prompt_len, request.start, request.page_size
         self._observe(request.kv_hit)
+        self._plans += 1
         wanted: dict[int, str] = {}
         if self.interval:
             grid = max(page, _floor(self.interval, page))
@@ -182,6 +199,10 @@ class HycachePlanner(CheckpointPolicy):
         for position in (_floor(n, page), _floor(n, self.divergence_grid(page))):
             if position > start:
                 wanted[position] = "prompt_end"
+        for grid, reason in COARSE_GRIDS:  # a later prompt sharing all but its tail resumes here
+            position = _floor(n, max(grid, page))
+            if position > start and position not in wanted:
+                wanted[position] = reason
         branch = _floor(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
@@ -190,5 +211,7 @@ class HycachePlanner(CheckpointPolicy):
         final = _floor(total, page)
         if request.max_new_tokens and final > n:
             wanted[final] = "final"
-        points = tuple(Checkpoint(p, r) for p, r in sorted(wanted.items()))
+        points = tuple(
+            Checkpoint(p, r) for p, r in sorted(wanted.items()) if self._pays(r, request)
+        )
         return PrefillPlan(tuple(ends), points, keep_final_state=False)

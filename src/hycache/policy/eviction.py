@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import KeysView
 from typing import TYPE_CHECKING
 
 from hycache.components.base import Component
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 Key = tuple[float, ...]
 Entry = tuple[Key, int, Node, int]
+
+#: heap entries allowed beyond twice the live ones before a compaction
+COMPACT_SLACK = 256
 
 
 class HeapEviction(EvictionPolicy):
@@ -40,6 +44,8 @@ class HeapEviction(EvictionPolicy):
         self._current: dict[tuple[Node, int], Key] = {}
         self._stash: list[tuple[str, Entry]] = []
         self._seq = itertools.count()
+        self._entries = 0  # heap entries pushed since the last compaction, plus those kept
+        self._kept = 0  # live entries kept by the last compaction
 
     def attach(self, cache: HybridPrefixCache) -> None:
         super().attach(cache)
@@ -60,6 +66,39 @@ class HeapEviction(EvictionPolicy):
         self._current[(node, component.slot)] = key
         heap = self._heaps.setdefault(self._resource[component.slot], [])
         heapq.heappush(heap, (key, next(self._seq), node, component.slot))
+        self._entries += 1
+        if self._entries > 2 * self._kept + COMPACT_SLACK and not self._stash:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop superseded heap entries and every record of entries that are gone (nodes
+        pruned or removed with their data, states dropped by a cap): without this the heaps
+        and the per-entry dicts grow with every request ever served and keep dead nodes,
+        with their token keys, alive. Amortised O(1) per push."""
+        components = self.cache.tree.components
+        live = {
+            ident: key
+            for ident, key in self._current.items()
+            if ident[0].parent is not None and components[ident[1]].has(ident[0])
+        }
+        heaps: dict[str, list[Entry]] = {}
+        for resource, heap in self._heaps.items():
+            # keep, per live entry, the heap entry a pop would return first (current key,
+            # lowest sequence number): the eviction order does not change
+            first: dict[tuple[Node, int], Entry] = {}
+            for entry in heap:
+                key, seq, node, slot = entry
+                ident = (node, slot)
+                if live.get(ident) == key and (ident not in first or seq < first[ident][1]):
+                    first[ident] = entry
+            heaps[resource] = list(first.values())
+            heapq.heapify(heaps[resource])
+        self._current, self._heaps = live, heaps
+        self._kept = self._entries = len(live)
+        self.forget(live.keys())
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        """Drop per-entry records (recency, frequency) of entries not in ``live``."""
 
     # ------------------------------------------------------------------ hooks
     def on_insert(self, node: Node, component: Component) -> None:
@@ -161,20 +200,25 @@ class LRUEviction(HeapEviction):
     def evicted(self, node: Node, component: Component, key: Key) -> None:
         self._stamp.pop((node, component.slot), None)
 
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        self._stamp = {ident: t for ident, t in self._stamp.items() if ident in live}
+
 
 class GDSFEviction(HeapEviction):
     """GreedyDual-Size-Frequency: key = L + frequency * cost / size, where cost is the prefill
-    compute the entry saves (the edge's tokens for KV; the tokens back to the previous state on
-    the path for a state), size its bytes, and L the key of the last victim (aging)."""
+    compute the entry saves (the edge's tokens for KV; for a state, the tokens back to the
+    previous state on the path), size its bytes, and L the key of the last victim (aging)."""
 
-    def __init__(self, *, session_aware: bool = False) -> None:
+    def __init__(self, *, session_aware: bool = False, use_frequency: bool = True) -> None:
         super().__init__(session_aware=session_aware)
+        self.use_frequency = use_frequency
         self._clock = 0.0
         self._freq: dict[tuple[Node, int], int] = {}
 
     def touch(self, node: Node, component: Component) -> None:
-        ident = (node, component.slot)
-        self._freq[ident] = self._freq.get(ident, 1) + 1
+        if self.use_frequency:
+            ident = (node, component.slot)
+            self._freq[ident] = self._freq.get(ident, 1) + 1
 
     def key(self, node: Node, component: Component) -> Key:
         cache = self.cache
@@ -196,3 +240,6 @@ class GDSFEviction(HeapEviction):
     def evicted(self, node: Node, component: Component, key: Key) -> None:
         self._clock = max(self._clock, key[-1])
         self._freq.pop((node, component.slot), None)
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        self._freq = {ident: n for ident, n in self._freq.items() if ident in live}

@@ -33,6 +33,7 @@ class MarconiEviction(EvictionPolicy):
         self._stamp: dict[Node, int] = {}
         self._ranked: list[tuple[Node, Component]] = []
         self._ranked_for: str | None = None
+        self._flops_memo: dict[tuple[int, int], float] = {}
 
     def on_insert(self, node: Node, component: Component) -> None:
         self._stamp[node] = self.cache.clock
@@ -41,37 +42,46 @@ class MarconiEviction(EvictionPolicy):
         if path:
             self._stamp[path[-1]] = self.cache.clock
 
+    def _flops(self, start: int, length: int) -> float:
+        key = (start, length)
+        flops = self._flops_memo.get(key)
+        if flops is None:
+            flops = self.cache.spec.prefill_flops(start, length)
+            self._flops_memo[key] = flops
+        return flops
+
     def _rank(self, resource: str) -> list[tuple[Node, Component]]:
         cache = self.cache
-        recurrent = next(
-            (c for c in cache.tree.components if isinstance(c, RecurrentComponent)), None
-        )
+        components = cache.tree.components
+        recurrent = cache.recurrent
+        resource_of = {c.slot: cache.pool.resource_of(c.kind) for c in components}
         nodes: list[Node] = []
         victims: list[Component] = []
+        efficiency: list[float] = []
         for node in cache.tree.iter_nodes():
             if node.lock_ref or len(node.children) > 1:
                 continue
+            data = node.data
             if node.children:
-                if recurrent is None or not recurrent.has(node):
+                if recurrent is None or data[recurrent.slot] is None:
                     continue
                 victim: Component = recurrent
             else:
-                held = [c for c in cache.tree.components if c.has(node)]
+                held = [c for c in components if data[c.slot] is not None]
                 if not held:
                     continue
                 victim = next((c for c in held if c is not recurrent), held[0])
-            if cache.pool.resource_of(victim.kind) != resource and not (
-                victim is not recurrent and recurrent is not None and recurrent.has(node)
+            frees_state = recurrent is not None and data[recurrent.slot] is not None
+            if resource_of[victim.slot] != resource and not (
+                victim is not recurrent and frees_state
             ):
                 continue
+            size = sum(c.bytes_on(node) for c in components) or 1
             nodes.append(node)
             victims.append(victim)
+            efficiency.append(self._flops(node.start, node.length) / size)
         if not nodes:
             return []
-        efficiency = []
-        for node in nodes:
-            size = sum(c.bytes_on(node) for c in cache.tree.components) or 1
-            efficiency.append(cache.spec.prefill_flops(node.start, node.length) / size)
         recency = [float(self._stamp.get(node, 0)) for node in nodes]
         utility = [
             self.alpha * e + r

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from hycache.errors import ConfigError
 from hycache.memory.layouts import shared_pool, split_pool, unified_layout, unified_pool
 from hycache.policy.admission import AlwaysAdmit, SecondSighting
-from hycache.policy.base import AdmissionPolicy
+from hycache.policy.base import AdmissionPolicy, EvictionPolicy
 from hycache.policy.checkpoint import (
     HycachePlanner,
     MarconiPlanner,
@@ -139,6 +139,14 @@ KNOBS: dict[str, dict[str, Knob]] = {
     "hycache": {
         "page_size": Knob(16, int, "KV page size in tokens", "-"),
         "interval": Knob(0, int, "extra checkpoint every N prompt tokens (0: none)", "-"),
+        "adaptive": Knob(True, bool, "skip checkpoint kinds that are rarely reused", "-"),
+        "eviction": Knob(
+            "gds",
+            str,
+            "GreedyDual-Size (gds), with frequency (gdsf), or lru",
+            "-",
+            ("gds", "gdsf", "lru"),
+        ),
         "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
         "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
         "token_budget": Knob(None, int, "prefill token budget per chunk", "-", optional=True),
@@ -283,6 +291,12 @@ def build_marconi(
     )
 
 
+def _hycache_eviction(name: str, session_aware: bool) -> EvictionPolicy:
+    if name == "lru":
+        return LRUEviction(session_aware=session_aware)
+    return GDSFEviction(session_aware=session_aware, use_frequency=name == "gdsf")
+
+
 def build_hycache(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
@@ -295,9 +309,9 @@ def build_hycache(
         spec,
         shared_pool(spec, capacity, page, track_ids=track_ids),
         page_size=page,
-        checkpoint=HycachePlanner(interval),
+        checkpoint=HycachePlanner(interval, adaptive=bool(k["adaptive"])),
         admission=_admission(k["admission"]),
-        eviction=GDSFEviction(session_aware=bool(k["session_aware"])),
+        eviction=_hycache_eviction(str(k["eviction"]), bool(k["session_aware"])),
         token_budget=_budget(k["token_budget"]),
         name="hycache",
     )

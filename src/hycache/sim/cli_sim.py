@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -158,7 +159,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = dataclasses.replace(_config(args), reject_oversized=True)
     policies = _policies(args)
     source, total, label = make_source(args)
     footprint = footprint_bytes(config, source)

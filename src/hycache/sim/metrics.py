@@ -65,6 +65,7 @@ class PolicyResult:
     checkpoints_skipped: int
     offgrid_dropped: int
     waits: int
+    rejected: int
     wall_s: float
     knobs: dict[str, object]
     timeline: tuple[tuple[float, int, int], ...] = ()
@@ -93,5 +94,6 @@ class PolicyResult:
             "padding_waste_bytes": self.padding_waste_bytes,
             "states_inserted": self.states_inserted,
             "waits": self.waits,
+            "rejected": self.rejected,
             "knobs": self.knobs,
         }

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hycache.cache import HybridPrefixCache
+from hycache.errors import CapacityError
 from hycache.lease import Lease, Wait
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
@@ -69,11 +70,21 @@ def _result(
         checkpoints_skipped=s.checkpoints_skipped,
         offgrid_dropped=s.offgrid_dropped,
         waits=s.waits,
+        rejected=rec.rejected,
         wall_s=wall,
         knobs=knobs,
         timeline=tuple(rec.timeline),
         ttft_samples=tuple(rec.ttft_s),
     )
+
+
+def _reject(cache: HybridPrefixCache, rec: Recorder, request: Request, cost: CostModel) -> None:
+    """A request larger than the whole cache: served without caching (a miss), counted."""
+    rec.rejected += 1
+    rec.prefill_flops += cache.spec.prefill_flops(0, request.prompt_len)
+    rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
+    cache.counters.requests += 1
+    cache.counters.prompt_tokens += request.prompt_len
 
 
 def _account(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
@@ -90,17 +101,24 @@ def replay_serial(
     knobs: dict[str, object] | None = None,
     tick: Tick | None = None,
     timeline_every: int = 50,
+    reject_oversized: bool = False,
 ) -> PolicyResult:
     """Look up, then insert input and output at once, request after request."""
     rec = Recorder()
     start = time.perf_counter()
     for index, request in enumerate(requests):
-        lease = cache.admit(
-            request.prompt,
-            max_new_tokens=request.output_len,
-            namespace=request.namespace,
-            session=request.session,
-        )
+        try:
+            lease = cache.admit(
+                request.prompt,
+                max_new_tokens=request.output_len,
+                namespace=request.namespace,
+                session=request.session,
+            )
+        except CapacityError:
+            if not reject_oversized:
+                raise
+            _reject(cache, rec, request, cost)
+            continue
         assert not isinstance(lease, Wait), "serial replay holds nothing in flight"
         cache.record_planned(lease, up_to=request.prompt_len)
         if request.output_len:
@@ -154,6 +172,7 @@ def replay_engine(
     max_running: int = 256,
     knobs: dict[str, object] | None = None,
     tick: Tick | None = None,
+    reject_oversized: bool = False,
 ) -> PolicyResult:
     """Discrete-event replay of one serving instance (see the module docstring)."""
     rec = Recorder()
@@ -174,13 +193,20 @@ def replay_engine(
             continue
         while waiting and len(running) < max_running:
             request = waiting[0]
-            lease = cache.admit(
-                request.prompt,
-                max_new_tokens=request.output_len,
-                namespace=request.namespace,
-                session=request.session,
-                token_budget=token_budget,
-            )
+            try:
+                lease = cache.admit(
+                    request.prompt,
+                    max_new_tokens=request.output_len,
+                    namespace=request.namespace,
+                    session=request.session,
+                    token_budget=token_budget,
+                )
+            except CapacityError:
+                if not reject_oversized:
+                    raise
+                waiting.popleft()
+                _reject(cache, rec, request, cost)
+                continue
             if isinstance(lease, Wait):
                 break
             waiting.popleft()
@@ -193,6 +219,8 @@ def replay_engine(
             running.append(flight)
             _account(cache, rec, lease)
         if not running:
+            if not waiting:
+                continue
             raise AssertionError("nothing runs yet requests wait: memory accounting leaked")
         prefill: list[tuple[int, int]] = []
         decoding = [f for f in running if f.done_prefill]

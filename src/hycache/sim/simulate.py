@@ -30,6 +30,8 @@ class SimulationConfig:
     token_budget: int = 8192
     knobs: Mapping[str, Mapping[str, object]] | None = None
     progress: bool | None = None
+    #: serve a request larger than the whole cache uncached (counted) instead of failing
+    reject_oversized: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("serial", "engine"):
@@ -101,7 +103,9 @@ def run_policy(
 
         def score(alpha: float) -> float:
             cache = _build(config, preset, capacity, {"alpha": alpha})
-            return replay_serial(cache, window, config.cost).prefill_flops_saved
+            return replay_serial(
+                cache, window, config.cost, reject_oversized=True
+            ).prefill_flops_saved
 
         best, _scores = tune_alpha(score)
         extra["alpha"] = best
@@ -110,10 +114,23 @@ def run_policy(
     bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
     try:
         if config.mode == "serial":
-            return replay_serial(cache, source(), config.cost, knobs=shown, tick=bar.advance)
+            return replay_serial(
+                cache,
+                source(),
+                config.cost,
+                knobs=shown,
+                tick=bar.advance,
+                reject_oversized=config.reject_oversized,
+            )
         budget = cache.default_token_budget or config.token_budget
         return replay_engine(
-            cache, source(), config.cost, token_budget=budget, knobs=shown, tick=bar.advance
+            cache,
+            source(),
+            config.cost,
+            token_budget=budget,
+            knobs=shown,
+            tick=bar.advance,
+            reject_oversized=config.reject_oversized,
         )
     finally:
         bar.close()
