@@ -21,6 +21,8 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 
 run: $(STAMP_RUN)
 	$(BIN)/hycache conformance ../shared/conformance/*.json tests/conformance/*.json
+	$(BIN)/hycache compare --workload chat --requests 200 --model qwen3-next-80b-a3b \
+		--capacities 5%,10%,20%,40% --report report.html --json report.json
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check src tests benchmarks

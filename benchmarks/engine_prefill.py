@@ -11,6 +11,8 @@ the recurrent state at 3,584, put there by an earlier request through the hycach
 
 The ideal ratio is 4096 / 512 = 8 (attention over the cached keys and the restore make it
 lower). Usage: ``python benchmarks/engine_prefill.py [--repeat 3] [--threads N]``.
+
+Measured (2-core CPU, 1 thread, median of 3): cold 1.0-1.5 s, warm 0.16-0.26 s: 5.9-6.4x.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ CACHED = 3584
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="timed runs (median reported)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (0: torch's default; one is the steadiest on a small shared CPU)",
+    )
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=256)
     args = parser.parse_args()

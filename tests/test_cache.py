@@ -23,8 +23,14 @@ from hycache.errors import CacheUsageError, CapacityError, ConfigError
 from hycache.lease import Lease, Wait
 from hycache.memory.layouts import shared_pool, unified_layout
 from hycache.memory.unbounded import UnboundedStore
-from hycache.policy.admission import AlwaysAdmit
-from hycache.policy.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
+from hycache.policy.admission import AlwaysAdmit, SecondSighting
+from hycache.policy.base import (
+    AdmissionPolicy,
+    Checkpoint,
+    CheckpointPolicy,
+    PlanInput,
+    PrefillPlan,
+)
 from hycache.policy.checkpoint import MarconiPlanner, chunk_ends
 from hycache.policy.eviction import GDSFEviction, LRUEviction
 from hycache.policy.marconi import MarconiEviction
@@ -79,34 +85,59 @@ def recurrent_group() -> RecurrentGroup:
 
 
 @dataclass
-class EveryN(CheckpointPolicy):
-    """A fixed test planner: a checkpoint (and a chunk end) at every multiple of ``every``
-    inside the prompt, nothing else."""
+class Points(CheckpointPolicy):
+    """A fixed, deterministic test planner (the presets' planners evolve; these tests are
+    about the cache): a checkpoint every ``every`` prompt tokens, at the prompt end and the
+    branch point (rounded down to pages) and at the end of the request."""
 
-    every: int
+    every: int = 0
+    prompt_end: bool = True
+    branch: bool = True
+    final: bool = True
 
     def plan(self, request: PlanInput) -> PrefillPlan:
-        start, n = request.start, request.prompt_len
-        points = tuple(range(start - start % self.every + self.every, n + 1, self.every))
-        ends = chunk_ends(start, n, request.token_budget, must_end_at=points)
-        checkpoints = tuple(Checkpoint(p, "interval") for p in points)
+        start, n, page = request.start, request.prompt_len, request.page_size
+        wanted: dict[int, str] = {}
+        if self.every:
+            for p in range(start - start % self.every + self.every, n + 1, self.every):
+                wanted[p] = "interval"
+        if self.prompt_end and n - n % page > start:
+            wanted[n - n % page] = "prompt_end"
+        branch = request.kv_hit - request.kv_hit % page
+        if self.branch and branch > start:
+            wanted[branch] = "branch"
+        ends = chunk_ends(start, n, request.token_budget, must_end_at=tuple(wanted))
+        total = n + request.max_new_tokens
+        if self.final and request.max_new_tokens and total - total % page > n:
+            wanted[total - total % page] = "final"
+        checkpoints = tuple(Checkpoint(p, r) for p, r in sorted(wanted.items()))
         return PrefillPlan(tuple(ends), checkpoints, keep_final_state=False)
+
+
+def every(n: int) -> Points:
+    """Checkpoints at the multiples of ``n`` only."""
+    return Points(every=n, prompt_end=False, branch=False, final=False)
 
 
 def direct_cache(
     spec: ModelSpec,
-    budget: int,
-    eviction: LRUEviction | GDSFEviction | MarconiEviction,
-    every: int = 32,
+    budget: int = BIG,
+    eviction: LRUEviction | GDSFEviction | MarconiEviction | None = None,
+    *,
+    planner: CheckpointPolicy | None = None,
+    admission: AdmissionPolicy | None = None,
+    page: int = 16,
+    token_budget: int | None = None,
 ) -> HybridPrefixCache:
-    """A cache on a shared pool with page 16 and the fixed ``EveryN`` planner."""
+    """A cache on a shared pool (default: page 16, the ``Points`` planner, GDSF)."""
     return HybridPrefixCache(
         spec,
-        shared_pool(spec, budget, 16),
-        page_size=16,
-        checkpoint=EveryN(every),
-        admission=AlwaysAdmit(),
-        eviction=eviction,
+        shared_pool(spec, budget, page),
+        page_size=page,
+        checkpoint=planner or Points(),
+        admission=admission or AlwaysAdmit(),
+        eviction=eviction or GDSFEviction(),
+        token_budget=token_budget,
     )
 
 
@@ -134,14 +165,10 @@ def test_seed_a_states_every_896_attention_pages_128() -> None:
     request 1's 3000. Attention matches floor(2500, 128) = 2432; the deepest state at or
     below it is at 1792; 640 matched tokens are recomputed."""
     spec = ModelSpec.named("qwen3-next-80b-a3b")
-    cache = build_cache(spec, BIG, "hycache", page_size=128, interval=896)
+    cache = direct_cache(spec, planner=every(896), page=128)
     first = run(cache, seq(0, 3000))
-    assert [p.position for p in first.plan.checkpoints if p.reason == "interval"] == [
-        896,
-        1792,
-        2688,
-    ]
-    assert {896, 1792, 2688} <= set(state_positions(cache))
+    assert [p.position for p in first.plan.checkpoints] == [896, 1792, 2688]
+    assert state_positions(cache) == [896, 1792, 2688]
     assert cache.lookup(seq(0, 2500)) == (1792, 2432)
 
     second = cache.admit(seq(0, 2500) + seq(1_000_000, 500))
@@ -327,11 +354,16 @@ def test_seed_c_marconi_keeps_the_branch_point_lru_drops(
     R4 = S + q4        resumes from 1024 (refreshes it).
     R5 = S + A + q5    resumes from 2560 if A's branch state survived, else from 1024.
 
-    Both caches hold 5 states plus the running slot. LRU evicts by recency: q1's end, then
-    q2's end and A's branch state (both stamped at R2, tail first), then R3's end go, so R5
-    resumes from 1,024. Marconi never considers A's branch node while it has two children,
-    and once it is a leaf its 1,536-token span makes it the most FLOP-efficient entry; the
-    short one-offs and chat ends go instead, so R5 resumes from 2,560."""
+    Both caches hold 5 states plus the running slot (6 after a finish donates the running
+    state, until the next admission evicts). X2..X4 and R4 each need one slot:
+
+    LRU (recency only): X2 evicts q1's end; X3 q2's end and X4 A's branch state (both stamped
+    at R2; ties go tail first); R4 evicts R3's end. The state at 1024 was refreshed by R4, so
+    R5 resumes from 1,024.
+    Marconi (alpha 1): X2 and X3 also evict the two question ends (same FLOPs per byte, the
+    oldest), but A's branch node, never a candidate while it had two children, is now a leaf
+    whose 1,536-token edge gives the most FLOPs saved per byte: X4 evicts R3's end instead,
+    R4 and R5 a one-off each, so R5 resumes from 2,560."""
     cache = capped_cache(eviction)
     hits = {}
     for label, tokens in marconi_vs_lru_requests():
@@ -368,21 +400,23 @@ PREFIX = 64
 def replay_prefixes(admission: str, sightings: list[tuple[int, int]]) -> HybridPrefixCache:
     """Each sighting of prefix ``i`` is one request: the prefix (64 distinct tokens, no page
     shared with another prefix) plus one extra token, so its prompt-end checkpoint lands at
-    the prefix end (page 16). The planner's own learning (skipping checkpoint kinds that are
-    rarely reused) is off: this isolates the admission policy."""
-    cache = build_cache(
-        ModelSpec.named("qwen3-next-80b-a3b"),
-        BIG,
-        "hycache",
-        page_size=16,
-        admission=admission,
-        adaptive=False,
+    the prefix end (page 16). Checkpoints at the prompt end and the branch point only."""
+    policy = SecondSighting() if admission == "second_sighting" else AlwaysAdmit()
+    cache = direct_cache(
+        ModelSpec.named("qwen3-next-80b-a3b"), planner=Points(final=False), admission=policy
     )
     order = [i for i, times in sightings for _ in range(times)]
     random.Random(3).shuffle(order)
     for n, i in enumerate(order):
-        run(cache, [*seq(i * PREFIX, PREFIX), 10000000 + n])
+        run(cache, [*seq(i * PREFIX, PREFIX), 10_000_000 + n])
     return cache
+
+
+def test_seed_d_preset_knob_selects_second_sighting() -> None:
+    for preset in ("hycache", "vllm"):
+        cache = build_cache(tiny_spec(), GIB, preset, admission="second_sighting")
+        assert isinstance(cache.admission, SecondSighting)
+        assert isinstance(build_cache(tiny_spec(), GIB, preset).admission, AlwaysAdmit)
 
 
 def test_seed_d_second_sighting_stores_40_not_840_and_loses_40_hits() -> None:
@@ -409,7 +443,7 @@ def test_seed_d_every_prefix_seen_twice_gets_no_hit() -> None:
 # ====================================================================== lifecycle
 def test_lifecycle_admit_plan_record_extend_finish() -> None:
     spec = tiny_spec()
-    cache = build_cache(spec, BIG, "hycache", page_size=16, token_budget=32)
+    cache = direct_cache(spec, token_budget=32)
     lease = cache.admit(seq(0, 100), max_new_tokens=28)
     assert isinstance(lease, Lease)
     assert lease.hit == 0 and lease.source_state is None
@@ -446,7 +480,7 @@ def test_lifecycle_admit_plan_record_extend_finish() -> None:
 
 
 def test_last_prompt_token_is_always_recomputed() -> None:
-    cache = build_cache(tiny_spec(), BIG, "hycache", page_size=16)
+    cache = direct_cache(tiny_spec())
     run(cache, seq(0, 64), max_new=0)  # prompt-end + final state at 64
     assert 64 in state_positions(cache)
     again = cache.admit(seq(0, 64))
@@ -457,7 +491,7 @@ def test_last_prompt_token_is_always_recomputed() -> None:
 
 
 def test_record_checkpoint_outside_the_request_is_an_error() -> None:
-    cache = build_cache(tiny_spec(), BIG, "hycache", page_size=16)
+    cache = direct_cache(tiny_spec())
     lease = cache.admit(seq(0, 40))
     assert isinstance(lease, Lease)
     with pytest.raises(CacheUsageError):
@@ -476,7 +510,7 @@ def test_record_checkpoint_outside_the_request_is_an_error() -> None:
 
 
 def test_abort_releases_everything_and_inserts_nothing() -> None:
-    cache = build_cache(tiny_spec(), BIG, "hycache", page_size=16)
+    cache = direct_cache(tiny_spec())
     run(cache, seq(0, 64))
     used, units = cache.pool.used_bytes, dict(cache.pool.units)
     before = [(n.start, n.end) for n in cache.tree.iter_nodes()]
@@ -499,7 +533,7 @@ def test_finish_stores_whole_pages_and_only_states_it_can_place() -> None:
     """Finish never half-inserts: KV is cached in whole pages only (the partial tail page is
     dropped), a state past the cached KV is refused and its slot freed, and everything
     reported as stored is in the tree."""
-    cache = build_cache(tiny_spec(), BIG, "hycache", page_size=16)
+    cache = direct_cache(tiny_spec())
     lease = cache.admit(seq(0, 70), max_new_tokens=5)
     assert isinstance(lease, Lease)
     cache.record_planned(lease)
@@ -532,9 +566,7 @@ def test_finish_with_a_checkpoint_at_the_request_end_does_not_leak_the_running_s
 def test_states_only_finish_leaves_no_empty_leaf() -> None:
     """Regression: without a KV component, finish inserted a data-less path; the part past
     the last stored state stayed as an empty leaf (nothing to evict, a phantom match)."""
-    cache = build_cache(
-        states_only_spec(), BIG, "hycache", page_size=16, admission="second_sighting"
-    )
+    cache = direct_cache(states_only_spec(), admission=SecondSighting())
     lease = run(cache, [*seq(0, 64), 99])  # prompt-end state refused (first sighting)
     assert lease.hit == 0
     assert list(cache.tree.iter_nodes()) == []
@@ -579,9 +611,9 @@ def per_request_bytes(cache: HybridPrefixCache, tokens: int) -> int:
 
 def test_wait_when_memory_is_held_by_a_request_in_flight() -> None:
     spec = tiny_spec()
-    probe = build_cache(spec, BIG, "hycache", page_size=16)
+    probe = direct_cache(spec)
     budget = per_request_bytes(probe, 112) + per_request_bytes(probe, 64) // 2
-    cache = build_cache(spec, budget, "hycache", page_size=16)
+    cache = direct_cache(spec, budget)
     first = cache.admit(seq(0, 100), max_new_tokens=12)
     assert isinstance(first, Lease)
     second = cache.admit(seq(1000, 64))
@@ -616,8 +648,8 @@ def test_capacity_error_counts_the_reused_prefix_too() -> None:
     """A request whose whole sequence can never fit is refused even when a long cached
     prefix makes its new part small (the prefix pages are part of its working set)."""
     spec = tiny_spec()
-    probe = build_cache(spec, BIG, "hycache", page_size=16)
-    cache = build_cache(spec, per_request_bytes(probe, 96), "hycache", page_size=16)
+    probe = direct_cache(spec)
+    cache = direct_cache(spec, per_request_bytes(probe, 96))
     run(cache, seq(0, 80))
     with pytest.raises(CapacityError):
         cache.admit(seq(0, 80) + seq(900, 40))
@@ -659,7 +691,7 @@ def test_eviction_cascades_to_a_parent_that_became_a_leaf(
     aside), so a request that fits the empty pool got a Wait with nothing in flight."""
     spec = tiny_spec()
     budget = 10 * 16 * spec.kv_bytes_per_token + spec.state_bytes  # 160 tokens + 1 state
-    cache = direct_cache(spec, budget, eviction())
+    cache = direct_cache(spec, budget, eviction(), planner=every(32))
     run(cache, seq(0, 32))  # parent [0, 32) with a state at 32
     second = run(cache, seq(0, 32) + seq(100, 33))  # refreshes the parent; child [32, 64)
     assert second.hit == 32
@@ -679,7 +711,7 @@ def test_nodes_created_by_state_splits_stay_evictable(
     forever although nothing was in flight."""
     spec = tiny_spec()
     budget = 8 * 16 * spec.kv_bytes_per_token + 4 * spec.state_bytes
-    cache = direct_cache(spec, budget, eviction(), every=32)
+    cache = direct_cache(spec, budget, eviction(), planner=every(32))
     first = run(cache, seq(0, 120))  # states at 32, 64, 96 split [0, 112) into four nodes
     assert first.hit == 0
     assert [(n.start, n.end) for n in cache.tree.iter_nodes()] != [(0, 112)]
@@ -758,7 +790,7 @@ def test_mamba_cache_mode_none_keeps_no_state() -> None:
 
 # ====================================================================== stats and namespaces
 def test_stats_keep_kv_and_state_apart() -> None:
-    cache = build_cache(tiny_spec(), BIG, "hycache", page_size=16)
+    cache = direct_cache(tiny_spec())
     run(cache, seq(0, 64))
     stats = cache.stats()
     spec = cache.spec
@@ -775,7 +807,7 @@ def test_stats_keep_kv_and_state_apart() -> None:
 
 
 def test_namespaces_never_share() -> None:
-    cache = build_cache(tiny_spec(), BIG, "hycache", page_size=16)
+    cache = direct_cache(tiny_spec())
     lease = cache.admit(seq(0, 64), namespace="a")
     assert isinstance(lease, Lease)
     cache.record_planned(lease)
@@ -796,7 +828,7 @@ def test_session_aware_protects_live_sessions(
     """Entries of a live session go last; after end_session they lose that protection."""
     spec = tiny_spec()
     budget = 3 * (4 * 16 * spec.kv_bytes_per_token + 3 * spec.state_bytes)
-    cache = direct_cache(spec, budget, eviction(session_aware=True))
+    cache = direct_cache(spec, budget, eviction(session_aware=True), planner=every(32))
     lease = cache.admit(seq(0, 64), session="s")
     assert isinstance(lease, Lease)
     cache.record_planned(lease)

@@ -34,9 +34,9 @@ from hycache.policy.base import (
 )
 from hycache.spec import ModelSpec
 from hycache.stats import CacheStats, Counters
+from hycache.tree.base import MatchResult
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, encode_tokens
 from hycache.tree.node import Node
-from hycache.tree.base import MatchResult
 from hycache.tree.radix import RadixTree
 
 

@@ -35,7 +35,7 @@ from hycache.policy.checkpoint import (
     VllmAlignPlanner,
     chunk_ends,
 )
-from hycache.policy.eviction import GDSFEviction, LRUEviction
+from hycache.policy.eviction import COMPACT_SLACK, GDSFEviction, HeapEviction, LRUEviction
 from hycache.policy.marconi import ALPHA_GRID, MarconiEviction, tune_alpha
 from hycache.policy.presets import KNOBS, build_cache, resolve_knobs
 from hycache.spec import FullAttentionGroup, ModelSpec, RecurrentGroup
@@ -186,6 +186,32 @@ def test_lru_refresh_scope_decides_the_first_state_victim(refresh: bool, survivo
     assert state_at(cache, seq(survivor, 32))
     assert not state_at(cache, seq(5000 - survivor, 32))
     assert state_at(cache, seq(0, 64))  # the used state is the newest in both
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [LRUEviction(), LRUEviction(refresh_state_path=False), GDSFEviction(session_aware=True)],
+)
+def test_heap_policies_forget_entries_that_are_gone(policy: HeapEviction) -> None:
+    """Regression: heap entries and per-entry records of evicted or pruned entries were kept
+    forever (on a split pool the state heap is never popped when states leave with their KV
+    leaf), growing with every request served and keeping dead nodes alive."""
+    s = spec()
+    kv_budget = 40 * 16 * s.kv_bytes_per_token  # 40 pages; states get 4x that: never short
+    cache = make(policy, every=32, pool=split_pool(s, 5 * kv_budget, page_size=16, ratio=4.0))
+    for i in range(1500):
+        lease = cache.admit([*seq(10_000 * (i % 40), 64), *seq(10**6 + 100 * i, 1 + i % 50)])
+        assert isinstance(lease, Lease)
+        cache.record_planned(lease)
+        cache.finish(lease)
+    assert sum(cache.stats().evictions.values()) > 1000
+    live = sum(1 for n in cache.tree.iter_nodes() for c in cache.tree.components if c.has(n))
+    bound = 2 * live + COMPACT_SLACK + 8
+    assert sum(len(h) for h in policy._heaps.values()) <= bound
+    assert len(policy._current) <= bound
+    records = policy._stamp if isinstance(policy, LRUEviction) else policy._freq
+    assert len(records) <= bound
+    cache.check_integrity()
 
 
 # ====================================================================== GDSF

@@ -39,7 +39,8 @@ class Progress:
             frac = min(1.0, self.done / self.total)
             bar = "#" * int(30 * frac)
             eta = elapsed / frac - elapsed if frac > 0 else 0.0
-            text = f"\r{self.label:<24} [{bar:<30}] {self.done}/{self.total} {elapsed:5.1f}s eta {eta:5.1f}s"
+            count = f"{self.done}/{self.total}"
+            text = f"\r{self.label:<24} [{bar:<30}] {count} {elapsed:5.1f}s eta {eta:5.1f}s"
         else:
             text = f"\r{self.label:<24} {self.done} {elapsed:5.1f}s"
         self.stream.write(text)
