@@ -1,4 +1,4 @@
-"""The ``hycache`` command line: ``hycache conformance FILE...`` (more subcommands to come).
+"""The ``hycache`` command line: conformance, simulate, compare, tune, init-model, verify.
 
 Exit codes: 0 success, 1 a check failed (mismatch), 2 bad input (file, line, reason printed).
 """
@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hycache.sim.cli_sim import register as register_sim
 
     register_sim(sub)
+    from hycache.engine.cli_engine import register as register_engine
+
+    register_engine(sub)
     return parser
 
 
