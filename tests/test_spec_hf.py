@@ -361,6 +361,25 @@ def test_kimi_linear() -> None:
     assert spec.active_mlp_params_per_token == 3 * 64 * 128 + 3 * moe
 
 
+def test_kimi_linear_flat_fields_as_transformers_5_saves_them() -> None:
+    """transformers 5 writes the KDA shape as flat ``linear_*`` fields plus ``layer_types``
+    instead of ``linear_attn_config``: both spell the same model."""
+    nested = kimi_linear()
+    flat = dict(nested)
+    lac = flat.pop("linear_attn_config")
+    flat.update(
+        layer_types=["linear_attention"] * 3 + ["full_attention"],
+        linear_num_heads=lac["num_heads"],
+        linear_head_dim=lac["head_dim"],
+        linear_conv_kernel_dim=lac["short_conv_kernel_size"],
+    )
+    assert ModelSpec.from_hf_config(flat) == ModelSpec.from_hf_config(nested)
+    del flat["linear_head_dim"]
+    with pytest.raises(SpecError) as info:
+        ModelSpec.from_hf_config(flat)
+    assert info.value.field == "linear_head_dim"
+
+
 def test_kimi_linear_layer_indices_are_one_based() -> None:
     cfg = kimi_linear()
     cfg["linear_attn_config"].update(full_attn_layers=[3], kda_layers=[0, 1, 2])

@@ -393,6 +393,12 @@ def _kimi_linear(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
     KDA: state ``heads * head_dim^2``; conv over q, k and v: ``3 * heads * head_dim * (k - 1)``.
     """
     n, hidden = cfg.get_int("num_hidden_layers"), cfg.get_int("hidden_size")
+    if not cfg.has("linear_attn_config") and cfg.has("linear_num_heads"):
+        # transformers >= 5 saves the KDA settings as flat fields next to ``layer_types``
+        types = cfg.str_list("layer_types", ("linear_attention", "full_attention"), n)
+        heads, head_dim = cfg.get_int("linear_num_heads"), cfg.get_int("linear_head_dim")
+        kernel = cfg.get_int("linear_conv_kernel_dim")
+        return _kimi_groups(cfg, dt, n, hidden, types, heads, head_dim, kernel)
     lac = cfg.sub("linear_attn_config")
     if cfg.has("layer_types"):
         types = cfg.str_list("layer_types", ("linear_attention", "full_attention"), n)
@@ -410,9 +416,23 @@ def _kimi_linear(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
             missing = [i + 1 for i, s in enumerate(slots) if s is None]
             raise lac.error("kda_layers", f"layers {missing} in neither list; see")
         types = [s for s in slots if s is not None]
-    n_full = types.count("full_attention")
     heads, head_dim = lac.get_int("num_heads"), lac.get_int("head_dim")
     kernel = lac.get_int("short_conv_kernel_size")
+    return _kimi_groups(cfg, dt, n, hidden, types, heads, head_dim, kernel)
+
+
+def _kimi_groups(
+    cfg: _Cfg,
+    dt: _Dtypes,
+    n: int,
+    hidden: int,
+    types: list[str],
+    heads: int,
+    head_dim: int,
+    kernel: int,
+) -> _Parsed:
+    """The groups of a kimi_linear model once its layer layout and KDA shape are known."""
+    n_full = types.count("full_attention")
     qkv = heads * head_dim
     groups: list[LayerGroup] = []
     if n_full:
