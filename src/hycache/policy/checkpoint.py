@@ -145,7 +145,7 @@ class HycachePlanner(CheckpointPolicy):
       conversation resumes there;
     * optionally one every ``interval`` prompt tokens.
 
-    It learns which of these pay: once 32 states of a reason were stored, a reason reused less
+    It learns which of these pay: once 8 states of a reason were stored, a reason reused less
     than once per 10 stored states is skipped, except on every 16th request (to keep learning).
     """
 
@@ -155,6 +155,7 @@ class HycachePlanner(CheckpointPolicy):
         self.interval = interval
         self.learn_grid = learn_grid
         self.adaptive = adaptive
+        self.warmup = 8  # states of a reason stored before its reuse rate is trusted
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -185,7 +186,7 @@ class HycachePlanner(CheckpointPolicy):
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
-        return stored < 32 or reused * 10 >= stored or self._plans % 16 == 0
+        return stored < self.warmup or reused * 10 >= stored or self._plans % 16 == 0
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start, page = request.prompt_len, request.start, request.page_size
