@@ -550,12 +550,16 @@ class HybridPrefixCache:
         self._node_session.clear()
         self._state_reason.clear()
 
+    def occupancy(self) -> tuple[int, int]:
+        """Bytes charged now for KV pages and for states (cached and in flight)."""
+        pool = self.pool
+        kv = sum(pool.units[k.kind] * pool.unit_bytes(k.kind) for k in self.kv_components)
+        state = pool.units["recurrent"] * pool.unit_bytes("recurrent") if self.recurrent else 0
+        return kv, state
+
     def stats(self) -> CacheStats:
         c, pool = self.counters, self.pool
-        kv = sum(pool.units[k.kind] * pool.unit_bytes(k.kind) for k in self.kv_components)
-        state = (
-            pool.units.get("recurrent", 0) * pool.unit_bytes("recurrent") if self.recurrent else 0
-        )
+        kv, state = self.occupancy()
         return CacheStats(
             requests=c.requests,
             waits=c.waits,

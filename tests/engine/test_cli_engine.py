@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hycache.engine.cli_engine import parse_size, register
+from hycache.engine.cli_engine import register
 from hycache.engine.model import LoadedModel
 from hycache.engine.verify import verify_cell
-from hycache.errors import ConfigError, HycacheError
+from hycache.errors import HycacheError
 
 
 def run(argv: Sequence[str]) -> int:
@@ -95,14 +95,6 @@ def test_verify_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert run(["verify", "--arch", "bamba", "--capacity", "lots"]) == 2
     assert run(["verify", "--arch", "bamba", "--model", str(tmp_path)]) == 2
     assert "missing config.json" in capsys.readouterr().err
-
-
-def test_parse_size() -> None:
-    assert parse_size("512KiB") == 512 * 1024
-    assert parse_size("2MB") == 2_000_000
-    assert parse_size("1.5e6") == 1_500_000
-    with pytest.raises(ConfigError):
-        parse_size("-3")
 
 
 INJECTS = [

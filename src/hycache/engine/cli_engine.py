@@ -10,38 +10,12 @@ Exit codes: 0 success, 1 verify found a difference, 2 bad input (HycacheError, p
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
 from hycache.errors import ConfigError
+from hycache.units import parse_size
 
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 INJECT_CHOICES = ("late-snapshot", "off-grid", "stale-tail")
-
-
-def parse_size(text: str) -> int:
-    """ "512KiB", "2MB", "1.5e6", "300000" -> bytes; ConfigError otherwise."""
-    match = _SIZE.match(text)
-    unit = match.group(2).upper() if match else ""
-    if match is None or unit not in _UNITS:
-        raise ConfigError(
-            f"capacity {text!r}: expected a number with an optional unit "
-            "(B, KB, MB, GB = powers of 10; KiB, MiB, GiB = powers of 2)"
-        )
-    value = int(float(match.group(1)) * _UNITS[unit])
-    if value < 1:
-        raise ConfigError(f"capacity {text!r} must be positive")
-    return value
 
 
 def _parse_knobs(items: list[str]) -> dict[str, dict[str, object]]:

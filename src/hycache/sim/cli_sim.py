@@ -6,7 +6,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -21,35 +20,7 @@ from hycache.sim.trace import count_requests, read_trace
 from hycache.sim.tune import recommend, trace_stats
 from hycache.sim.workloads import generate
 from hycache.spec import load_spec
-
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """ "40GB" (1e9), "32GiB" (2^30), "1.5e9", "512MiB" -> bytes. ConfigError otherwise."""
-    match = _SIZE.match(text)
-    unit = match.group(2).upper() if match else ""
-    if match is None or unit not in _UNITS:
-        raise ConfigError(
-            f"capacity {text!r}: expected a number with an optional unit "
-            "(B, KB, MB, GB, TB = powers of 10; KiB, MiB, GiB, TiB = powers of 2)"
-        )
-    value = float(match.group(1)) * _UNITS[unit]
-    if value < 1:
-        raise ConfigError(f"capacity {text!r} must be positive")
-    return int(value)
+from hycache.units import parse_size
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:

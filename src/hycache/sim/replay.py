@@ -31,12 +31,8 @@ Tick = Callable[[], None]
 
 
 def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
-    stats = cache.pool
-    kv = sum(stats.units[c.kind] * stats.unit_bytes(c.kind) for c in cache.kv_components)
-    state = (
-        stats.units.get("recurrent", 0) * stats.unit_bytes("recurrent") if cache.recurrent else 0
-    )
-    rec.sample(now, kv, state, stats.used_bytes, stats.budget_bytes)
+    kv, state = cache.occupancy()
+    rec.sample(now, kv, state, cache.pool.used_bytes, cache.pool.budget_bytes)
     if keep:
         rec.timeline.append((now, kv, state))
 
