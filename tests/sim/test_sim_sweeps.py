@@ -1,0 +1,76 @@
+"""Sweeps over policies x modes x sources: capacity is a promise, and Marconi's reported edge
+over vLLM on multi-turn chat shows up."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from hycache.sim.cost import CostModel, hardware
+from hycache.sim.request import Request
+from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
+from hycache.sim.trace import read_trace
+from hycache.sim.workloads import WORKLOADS, generate
+from hycache.spec import ModelSpec
+
+TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
+POLICIES = ("vllm", "sglang", "marconi", "hycache")
+
+
+def _sources() -> dict[str, Callable[[], Iterable[Request]]]:
+    sources: dict[str, Callable[[], Iterable[Request]]] = {
+        name: (lambda name=name: generate(name, requests=60, seed=1)) for name in WORKLOADS
+    }
+    for trace in ("mooncake_conversation", "mooncake_synthetic"):
+        path = TRACES / f"{trace}.jsonl"
+        if path.is_file():
+            sources[trace] = lambda path=path: read_trace(path, limit=120)
+    return sources
+
+
+SOURCES = _sources()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("source", "mode"), list(itertools.product(SOURCES, ("serial", "engine"))))
+def test_no_policy_ever_holds_more_than_its_capacity(source: str, mode: str) -> None:
+    spec = ModelSpec.named("qwen3-next-80b-a3b")
+    config = SimulationConfig(
+        spec,
+        CostModel(spec, hardware("h200")),
+        mode=mode,
+        knobs={"marconi": {"alpha": 1.0}},
+        reject_oversized=True,
+    )
+    capacity = 10**9  # a few requests' worth: the policies must evict
+    evictions = 0
+    for policy in POLICIES:
+        result = run_policy(config, policy, capacity, SOURCES[source])
+        assert result.capacity_overrun_bytes == 0, (policy, source, mode)
+        assert result.peak_bytes <= capacity, (policy, source, mode)
+        assert result.requests > 0
+        evictions += result.evictions
+    assert evictions > 0, "the sweep must put the policies under pressure"
+
+
+@pytest.mark.slow
+def test_marconi_beats_vllm_on_multi_turn_chat_at_small_capacity() -> None:
+    """Marconi (MLSys 2025) reports large hit-rate gains over vLLM on multi-turn chat when the
+    cache is small; on marconi-7b, serial mode, at 5% and 10% of the footprint we see >= 10%
+    more reused tokens (measured: 0.552 vs 0.474 and 0.703 vs 0.612)."""
+    spec = ModelSpec.named("marconi-7b")
+    config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
+
+    def source() -> Iterable[Request]:
+        return generate("chat", requests=200, seed=0)
+
+    footprint = footprint_bytes(config, source)
+    for fraction in (0.05, 0.10):
+        capacity = int(footprint * fraction)
+        vllm = run_policy(config, "vllm", capacity, source)
+        marconi = run_policy(config, "marconi", capacity, source)
+        assert marconi.token_hit_rate >= 1.10 * vllm.token_hit_rate, (fraction, marconi, vllm)
+        assert marconi.capacity_overrun_bytes == vllm.capacity_overrun_bytes == 0
