@@ -51,38 +51,53 @@ class MarconiEviction(EvictionPolicy):
         return flops
 
     def _rank(self, resource: str) -> list[tuple[Node, Component]]:
+        """Every candidate that frees ``resource``, lowest utility first. One pass over the
+        tree (the hot loop of this policy: kept free of per-node method calls)."""
         cache = self.cache
-        components = cache.tree.components
         recurrent = cache.recurrent
-        resource_of = {c.slot: cache.pool.resource_of(c.kind) for c in components}
+        rec_slot = -1 if recurrent is None else recurrent.slot
+        rec_bytes = 0 if recurrent is None else recurrent.bytes_per_state
+        kv = [(c, c.slot, c.bytes_per_page) for c in cache.kv_components]
+        kv_frees = {c.slot: cache.pool.resource_of(c.kind) == resource for c in cache.kv_components}
+        rec_frees = recurrent is not None and cache.pool.resource_of(recurrent.kind) == resource
+        stamp, flops = self._stamp, self._flops
         nodes: list[Node] = []
         victims: list[Component] = []
         efficiency: list[float] = []
-        for node in cache.tree.iter_nodes():
-            if node.lock_ref or len(node.children) > 1:
+        recency: list[float] = []
+        stack = [c for root in cache.tree.roots() for c in root.children.values()]
+        while stack:
+            node = stack.pop()
+            children = node.children
+            if children:
+                stack.extend(children.values())
+            if node.lock_ref or len(children) > 1:
                 continue
             data = node.data
-            if node.children:
-                if recurrent is None or data[recurrent.slot] is None:
+            has_state = rec_slot >= 0 and data[rec_slot] is not None
+            victim: Component | None = None
+            size = rec_bytes if has_state else 0
+            frees = has_state and rec_frees
+            for component, slot, per_page in kv:
+                pages = data[slot]
+                if pages is not None:
+                    size += len(pages) * per_page
+                    if victim is None and not children:
+                        victim = component
+                        frees = frees or kv_frees[slot]
+            if victim is None:
+                if not has_state:
                     continue
-                victim: Component = recurrent
-            else:
-                held = [c for c in components if data[c.slot] is not None]
-                if not held:
-                    continue
-                victim = next((c for c in held if c is not recurrent), held[0])
-            frees_state = recurrent is not None and data[recurrent.slot] is not None
-            if resource_of[victim.slot] != resource and not (
-                victim is not recurrent and frees_state
-            ):
+                assert recurrent is not None
+                victim = recurrent
+            if not frees:
                 continue
-            size = sum(c.bytes_on(node) for c in components) or 1
             nodes.append(node)
             victims.append(victim)
-            efficiency.append(self._flops(node.start, node.length) / size)
+            efficiency.append(flops(node.start, node.end - node.start) / (size or 1))
+            recency.append(float(stamp.get(node, 0)))
         if not nodes:
             return []
-        recency = [float(self._stamp.get(node, 0)) for node in nodes]
         utility = [
             self.alpha * e + r
             for e, r in zip(_normalise(efficiency), _normalise(recency), strict=True)

@@ -301,6 +301,10 @@ class RadixTree:
         self.version += 1
 
     # ------------------------------------------------------------------ inspection
+    def roots(self) -> list[Node]:
+        """The root of every namespace in use."""
+        return list(self._roots.values())
+
     def namespaces(self) -> list[str | None]:
         return list(self._roots)
 
