@@ -162,7 +162,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     stats = trace_stats(source())
     rec = recommend(config.spec, stats)
     print(f"{label} on {args.model}:")
-    print(rec.explanation if hasattr(rec, "explanation") else rec)
+    print(rec.explanation)
     return 0
 
 
