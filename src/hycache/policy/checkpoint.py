@@ -130,6 +130,7 @@ class MarconiPlanner(CheckpointPolicy):
 
 
 COARSE_GRIDS: tuple[tuple[int, str], ...] = ((512, "coarse_512"), (2048, "coarse_2048"))
+REASON_PREFERENCE = ("branch", "prompt_end", "coarse_512", "coarse_2048", "interval")
 
 
 class HycachePlanner(CheckpointPolicy):
@@ -145,14 +146,22 @@ class HycachePlanner(CheckpointPolicy):
       conversation resumes there;
     * optionally one every ``interval`` prompt tokens.
 
+    Every prefill checkpoint ends a chunk, i.e. costs one more forward pass, so at most
+    ``max_prefill_checkpoints`` (default 2) are taken per prefill: the kinds reused most so far.
     It learns which of these pay: once 8 states of a reason were stored, a reason reused less
     than once per 10 stored states is skipped, except on every 16th request (to keep learning).
     """
 
     def __init__(
-        self, interval: int = 0, *, learn_grid: bool = True, adaptive: bool = True
+        self,
+        interval: int = 0,
+        *,
+        learn_grid: bool = True,
+        adaptive: bool = True,
+        max_prefill_checkpoints: int = 2,
     ) -> None:
         self.interval = interval
+        self.max_prefill_checkpoints = max_prefill_checkpoints
         self.learn_grid = learn_grid
         self.adaptive = adaptive
         self.warmup = 8  # states of a reason stored before its reuse rate is trusted
@@ -207,12 +216,20 @@ class HycachePlanner(CheckpointPolicy):
         branch = _floor(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
-        ends = chunk_ends(start, n, request.token_budget, must_end_at=tuple(wanted))
+        kept = {p: r for p, r in wanted.items() if self._pays(r, request)}
+        if len(kept) > self.max_prefill_checkpoints:
+            # every prefill checkpoint ends a chunk (one more forward pass): keep the best
+            ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
+            kept = dict(ranked[: self.max_prefill_checkpoints])
+        ends = chunk_ends(start, n, request.token_budget, must_end_at=tuple(kept))
         total = n + request.max_new_tokens
         final = _floor(total, page)
-        if request.max_new_tokens and final > n:
-            wanted[final] = "final"
-        points = tuple(
-            Checkpoint(p, r) for p, r in sorted(wanted.items()) if self._pays(r, request)
-        )
+        if request.max_new_tokens and final > n and self._pays("final", request):
+            kept[final] = "final"  # taken during decode: no extra prefill chunk
+        points = tuple(Checkpoint(p, r) for p, r in sorted(kept.items()))
         return PrefillPlan(tuple(ends), points, keep_final_state=False)
+
+    def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
+        """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""
+        stored, reused = request.reason_record.get(reason, (0, 0))
+        return (-(reused + 1) / (stored + 2), REASON_PREFERENCE.index(reason))
