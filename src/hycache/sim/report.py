@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from hycache.sim.metrics import PolicyResult
 
 COLORS = {"vllm": "#d62728", "sglang": "#1f77b4", "marconi": "#2ca02c", "hycache": "#9467bd"}
-W, H, PAD = 560, 300, 48
+W, H, PAD = 600, 300, 48
+LEGEND = 100  # room on the right for the series names
 
 
 def table(results: Mapping[str, PolicyResult]) -> str:
@@ -74,7 +75,7 @@ def _svg_lines(
     y1 = y1 if y1 > y0 else y0 + 1
 
     def sx(x: float) -> float:
-        return PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD)
+        return PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD - LEGEND)
 
     def sy(y: float) -> float:
         return H - PAD - (y - y0) / (y1 - y0) * (H - 2 * PAD)
@@ -83,7 +84,7 @@ def _svg_lines(
         f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg" '
         f'font-family="sans-serif" font-size="11">',
         f'<text x="{W / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
-        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#333"/>',
+        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD - LEGEND}" y2="{H - PAD}" stroke="#333"/>',
         f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#333"/>',
     ]
     for i in range(5):
@@ -103,8 +104,9 @@ def _svg_lines(
         parts.append(
             f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{path}"/>'
         )
+        legend_x = W - PAD - LEGEND + 8
         parts.append(
-            f'<text x="{W - PAD + 4}" y="{PAD + 14 * i}" fill="{color}">{html.escape(name)}</text>'
+            f'<text x="{legend_x}" y="{PAD + 14 * i}" fill="{color}">{html.escape(name)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -168,7 +170,7 @@ def render_html(
         body.append(
             f"<h2>capacity {c / 1e9:.2f} GB</h2><pre>{html.escape(table(by_capacity[c]))}</pre>"
         )
-    style = "body{font-family:sans-serif;max-width:1200px;margin:2em auto}svg{margin:0.5em}"
+    style = "body{font-family:sans-serif;max-width:1320px;margin:2em auto}svg{margin:0.5em}"
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
