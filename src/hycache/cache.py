@@ -119,15 +119,6 @@ class HybridPrefixCache:
         return components
 
     # ------------------------------------------------------------------ memory
-    def state_reason(self, node: Node) -> str:
-        """Why the state at ``node`` was checkpointed ("branch", "prompt_end", ...)."""
-        return self._state_reason.get(node, "unknown")
-
-    def reason_value(self, reason: str) -> float:
-        """How often states kept for ``reason`` were reused so far: (hits + 1) / (stored + 2)."""
-        c = self.counters
-        return (c.reason_hits[reason] + 1) / (c.reason_inserted[reason] + 2)
-
     def is_live(self, node: Node) -> bool:
         session = self._node_session.get(node)
         return session is not None and session in self.live_sessions

@@ -34,12 +34,3 @@ class MatchResult:
     @property
     def recompute(self) -> int:
         return self.kv_hit - self.hit
-
-    def node_ending_at(self, length: int) -> Node | None:
-        """The path node that ends exactly at ``length`` (None if the boundary is mid-edge)."""
-        for node in self.path:
-            if node.end == length:
-                return node
-            if node.end > length:
-                return None
-        return None
