@@ -528,6 +528,13 @@ class HybridPrefixCache:
         self.eviction.on_liveness_change(nodes)
 
     # ------------------------------------------------------------------ inspection
+    def state_reuse_rate(self, node: Node) -> float:
+        """Hits per stored state so far, ``(hits + 1) / (stored + 2)``, of the checkpoint
+        reason the state at ``node`` was taken for: how often states like it get reused."""
+        reason = self._state_reason.get(node, "unknown")
+        c = self.counters
+        return (c.reason_hits[reason] + 1) / (c.reason_inserted[reason] + 2)
+
     def lookup(self, tokens: TokenInput, namespace: str | None = None) -> tuple[int, int]:
         """Pure query: (reusable, attention-matched) length of ``tokens`` as cached now."""
         result = self.tree.match(tokens, namespace)

@@ -79,7 +79,7 @@ def test_request_that_cannot_fit_fails_cleanly(models: Callable[[str], LoadedMod
     model = models("bamba")
     spec = model.spec
     budget = spec.kv_bytes_per_token * 200 + spec.state_bytes * 3
-    cache = build_cache(spec, budget, "hycache", token_budget=32)
+    cache = build_cache(spec, budget, "hycache", token_budget=32, page_size=16)
     engine = Engine(model, cache, check_tree=True)
     rng = random.Random(2)
     small = _prompt(rng, 70)
@@ -103,7 +103,7 @@ def test_copy_on_write_leaves_the_cached_state_untouched(
 ) -> None:
     """Two requests in flight resume from the same cached state: each works on a clone."""
     model = models("qwen3_5")
-    cache = build_cache(model.spec, default_capacity(model.spec), "hycache")
+    cache = build_cache(model.spec, default_capacity(model.spec), "hycache", page_size=16)
     engine = Engine(model, cache, max_running=2)
     rng = random.Random(7)
     shared = _prompt(rng, 64)

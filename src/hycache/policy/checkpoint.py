@@ -129,8 +129,13 @@ class MarconiPlanner(CheckpointPolicy):
         return PrefillPlan(tuple(ends), points, keep_final_state=True)
 
 
-COARSE_GRIDS: tuple[tuple[int, str], ...] = ((512, "coarse_512"), (2048, "coarse_2048"))
-REASON_PREFERENCE = ("branch", "prompt_end", "coarse_512", "coarse_2048", "interval")
+REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval")
+#: quantile of the observed unique tails the ``tail`` checkpoint steps back by, and how many
+#: recent tails it remembers
+TAIL_QUANTILE = 0.9
+TAIL_MEMORY = 256
+#: the step back before 8 tails were observed
+DEFAULT_TAIL = 256
 
 
 class HycachePlanner(CheckpointPolicy):
@@ -158,16 +163,18 @@ class HycachePlanner(CheckpointPolicy):
         *,
         learn_grid: bool = True,
         adaptive: bool = True,
-        max_prefill_checkpoints: int = 2,
+        max_prefill_checkpoints: int = 1,
     ) -> None:
         self.interval = interval
         self.max_prefill_checkpoints = max_prefill_checkpoints
         self.learn_grid = learn_grid
         self.adaptive = adaptive
         self.warmup = 8  # states of a reason stored before its reuse rate is trusted
+        self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
+        self._tails: list[int] = []
 
     def divergence_grid(self, page: int) -> int:
         """The learned grid (>= page); ``page`` until 20 divergences were observed."""
@@ -183,9 +190,21 @@ class HycachePlanner(CheckpointPolicy):
             candidate *= 2
         return grid
 
-    def _observe(self, kv_hit: int) -> None:
+    def tail_length(self) -> int:
+        """How far before its end a prompt is likely to diverge from a later one: the
+        ``TAIL_QUANTILE`` of the unique tails (prompt length - attention match) of recent
+        prompts that shared a prefix; ``DEFAULT_TAIL`` until 8 were seen."""
+        if len(self._tails) < 8:
+            return DEFAULT_TAIL
+        ordered = sorted(self._tails)
+        return ordered[min(len(ordered) - 1, int(TAIL_QUANTILE * len(ordered)))]
+
+    def _observe(self, kv_hit: int, prompt_len: int) -> None:
         if kv_hit <= 0:
             return
+        self._tails.append(prompt_len - kv_hit)
+        if len(self._tails) > TAIL_MEMORY:
+            del self._tails[0]
         power = kv_hit & -kv_hit  # largest power of two dividing kv_hit
         power = min(power, 4096)
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
@@ -195,11 +214,11 @@ class HycachePlanner(CheckpointPolicy):
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
-        return stored < self.warmup or reused * 10 >= stored or self._plans % 16 == 0
+        return stored < self.warmup or reused * self.reuse_ratio >= stored or self._plans % 16 == 0
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start, page = request.prompt_len, request.start, request.page_size
-        self._observe(request.kv_hit)
+        self._observe(request.kv_hit, n)
         self._plans += 1
         wanted: dict[int, str] = {}
         if self.interval:
@@ -209,10 +228,9 @@ class HycachePlanner(CheckpointPolicy):
         for position in (_floor(n, page), _floor(n, self.divergence_grid(page))):
             if position > start:
                 wanted[position] = "prompt_end"
-        for grid, reason in COARSE_GRIDS:  # a later prompt sharing all but its tail resumes here
-            position = _floor(n, max(grid, page))
-            if position > start and position not in wanted:
-                wanted[position] = reason
+        tail = _floor(n - self.tail_length(), page)  # a later prompt sharing all but its tail
+        if tail > start and tail not in wanted:
+            wanted[tail] = "tail"
         branch = _floor(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
@@ -224,10 +242,14 @@ class HycachePlanner(CheckpointPolicy):
         ends = chunk_ends(start, n, request.token_budget, must_end_at=tuple(kept))
         total = n + request.max_new_tokens
         final = _floor(total, page)
+        donate = False
         if request.max_new_tokens and final > n and self._pays("final", request):
-            kept[final] = "final"  # taken during decode: no extra prefill chunk
+            if final == total:
+                donate = True  # the running state at the end: no copy, no extra slot
+            else:
+                kept[final] = "final"  # taken during decode: no extra prefill chunk
         points = tuple(Checkpoint(p, r) for p, r in sorted(kept.items()))
-        return PrefillPlan(tuple(ends), points, keep_final_state=False)
+        return PrefillPlan(tuple(ends), points, keep_final_state=donate)
 
     def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
         """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""

@@ -22,6 +22,7 @@ from hycache.policy.checkpoint import (
 )
 from hycache.policy.eviction import GDSFEviction, LRUEviction
 from hycache.policy.marconi import MarconiEviction
+from hycache.policy.value import ValueEviction
 from hycache.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -137,15 +138,16 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "page_size": Knob(1, int, "radix tree granularity (token-level in the paper)", "-"),
     },
     "hycache": {
-        "page_size": Knob(16, int, "KV page size in tokens", "-"),
+        "page_size": Knob(1, int, "radix tree granularity in tokens", "-"),
         "interval": Knob(0, int, "extra checkpoint every N prompt tokens (0: none)", "-"),
         "adaptive": Knob(True, bool, "skip checkpoint kinds that are rarely reused", "-"),
         "eviction": Knob(
-            "gds",
+            "value",
             str,
-            "GreedyDual-Size (gds), with frequency (gdsf), or lru",
+            "GreedyDual-Size over the marginal compute saved (value), plain GreedyDual-Size "
+            "(gds), with frequency (gdsf), or lru",
             "-",
-            ("gds", "gdsf", "lru"),
+            ("value", "gds", "gdsf", "lru"),
         ),
         "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
         "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
@@ -294,6 +296,8 @@ def build_marconi(
 def _hycache_eviction(name: str, session_aware: bool) -> EvictionPolicy:
     if name == "lru":
         return LRUEviction(session_aware=session_aware)
+    if name == "value":
+        return ValueEviction(session_aware=session_aware)
     return GDSFEviction(session_aware=session_aware, use_frequency=name == "gdsf")
 
 

@@ -145,7 +145,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             capacities.append(max(1, int(footprint * fraction)))
         else:
             capacities.append(parse_size(item))
-    notes = [f"unlimited footprint (hycache preset, serial): {footprint / 1e9:.2f} GB"]
+    notes = [f"unlimited footprint (all KV + branch and end states): {footprint / 1e9:.2f} GB"]
     by_capacity = {}
     print(f"{label}, {args.model}, {args.mode} mode; {notes[0]}")
     for capacity in capacities:

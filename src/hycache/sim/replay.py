@@ -83,6 +83,27 @@ def _reject(cache: HybridPrefixCache, rec: Recorder, request: Request, cost: Cos
     cache.counters.prompt_tokens += request.prompt_len
 
 
+def _serve_alone(
+    cache: HybridPrefixCache, rec: Recorder, request: Request, cost: CostModel, now: float
+) -> float:
+    """Engine mode: a request larger than the whole cache runs uncached and alone (it needs
+    every byte of the instance), prefill in token-budget chunks then its decode steps.
+    Returns the time it finishes; its TTFT counts the wait for the batch to drain."""
+    _reject(cache, rec, request, cost)
+    rec.ttft_s.pop()  # _reject's serial-mode TTFT: replaced by the engine-mode one
+    budget = cache.default_token_budget or 8192
+    done = 0
+    while done < request.prompt_len:
+        chunk = min(budget, request.prompt_len - done)
+        now += cost.step_time([(done, chunk)], [])
+        done += chunk
+    rec.ttft_s.append(now - request.arrival_s)
+    if request.output_len > 1:
+        middle = request.prompt_len + request.output_len // 2
+        now += (request.output_len - 1) * cost.decode_time([middle])
+    return now
+
+
 def _account(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
     spec = cache.spec
     rec.flops_saved += spec.prefill_flops(0, lease.hit)
@@ -200,8 +221,12 @@ def replay_engine(
             except CapacityError:
                 if not reject_oversized:
                     raise
+                if running:
+                    break  # it needs the whole instance: wait until the batch drained
                 waiting.popleft()
-                _reject(cache, rec, request, cost)
+                now = _serve_alone(cache, rec, request, cost, now)
+                if tick is not None:
+                    tick()
                 continue
             if isinstance(lease, Wait):
                 break

@@ -137,9 +137,13 @@ def run_policy(
 
 
 def footprint_bytes(config: SimulationConfig, source: Source) -> int:
-    """The unlimited footprint: peak bytes of the ``hycache`` preset with no capacity limit in
-    serial mode (every prompt and output cached, states at its checkpoints)."""
-    cache = build_cache(config.spec, UNLIMITED_BYTES, "hycache", track_ids=False)
+    """The unlimited footprint, the same whatever preset is measured against it: peak bytes of
+    caching everything in serial mode with no capacity limit: the KV of every distinct 16-token
+    page plus a state at each request's branch point and end (Marconi's placement, which keeps
+    at most two states per sequence)."""
+    cache = build_cache(
+        config.spec, UNLIMITED_BYTES, "marconi", track_ids=False, page_size=16, alpha=1.0
+    )
     result = replay_serial(cache, source(), config.cost)
     return result.peak_bytes
 

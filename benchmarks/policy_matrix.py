@@ -1,0 +1,175 @@
+"""Every preset on every source, capacity and replay mode: does `hycache` hold its bar?
+
+    python benchmarks/policy_matrix.py [--sources chat,agent,...,mooncake_conversation]
+        [--modes serial,engine] [--capacities 5,10,20,40] [--requests 200]
+        [--model qwen3-next-80b-a3b] [--jobs 2] [--results matrix.json] [--rerun hycache]
+
+Sources: the six built-in workloads (``--requests`` each, seed 0) and the two Mooncake traces in
+``../shared/data/traces``. Capacities are percentages of each source's unlimited footprint
+(``hycache.sim.simulate.footprint_bytes``). For each cell (source, mode, capacity) it prints
+every preset's token hit rate and, in engine mode, its TTFT p95, then whether `hycache` is
+>= the best other preset on hit rate (``hit``) and <= on TTFT p95 (``p95``), and the ratio of
+hycache's number to the best other's.
+
+``--results`` keeps every finished replay in a JSON file; a later run reuses them, except for
+the presets named by ``--rerun`` (useful while tuning one policy: the others do not change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from hycache.sim.cost import CostModel, hardware
+from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
+from hycache.sim.trace import read_trace
+from hycache.sim.workloads import WORKLOADS, generate
+from hycache.spec import load_spec
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared/data/traces"
+MOONCAKE = ("mooncake_conversation", "mooncake_synthetic")
+POLICIES = ("vllm", "sglang", "marconi", "hycache")
+
+
+class Source:
+    """A picklable, re-iterable request source."""
+
+    def __init__(self, name: str, requests: int) -> None:
+        self.name = name
+        self.requests = requests
+
+    def __call__(self):  # type: ignore[no-untyped-def]
+        if self.name in MOONCAKE:
+            return read_trace(TRACES / f"{self.name}.jsonl")
+        return generate(self.name, requests=self.requests, seed=0)
+
+
+def _config(model: str, mode: str) -> SimulationConfig:
+    spec = load_spec(model)
+    return SimulationConfig(
+        spec, CostModel(spec, hardware("h200")), mode=mode, progress=False, reject_oversized=True
+    )
+
+
+def _footprint(args: tuple[str, str, int]) -> tuple[str, int]:
+    model, name, requests = args
+    return name, footprint_bytes(_config(model, "serial"), Source(name, requests))
+
+
+def _cell(args: tuple[str, str, int, str, int, str]) -> tuple[str, dict[str, float]]:
+    model, name, requests, mode, capacity, policy = args
+    result = run_policy(_config(model, mode), policy, capacity, Source(name, requests))
+    return name, {
+        "token_hit_rate": result.token_hit_rate,
+        "kv_hit_rate": result.kv_hit_rate,
+        "ttft_p50_s": result.ttft_p50_s,
+        "ttft_p95_s": result.ttft_p95_s,
+        "capacity_overrun_bytes": float(result.capacity_overrun_bytes),
+        "wall_s": result.wall_s,
+    }
+
+
+def _key(*parts: object) -> str:
+    return "|".join(str(p) for p in parts)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sources", default=",".join((*WORKLOADS, *MOONCAKE)))
+    parser.add_argument("--modes", default="serial,engine")
+    parser.add_argument("--capacities", default="5,10,20,40", help="percent of the footprint")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--model", default="qwen3-next-80b-a3b")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--results", default="policy_matrix.json")
+    parser.add_argument("--rerun", default="", help="presets to replay again, e.g. hycache")
+    args = parser.parse_args()
+    sources = [s for s in args.sources.split(",") if s]
+    modes = [m for m in args.modes.split(",") if m]
+    percents = [float(c) for c in args.capacities.split(",") if c]
+    rerun = {p for p in args.rerun.split(",") if p}
+    path = Path(args.results)
+    store: dict[str, dict[str, float]] = json.loads(path.read_text()) if path.exists() else {}
+
+    def save() -> None:
+        path.write_text(json.dumps(store, indent=1, sort_keys=True))
+
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        todo = [(args.model, s, args.requests) for s in sources]
+        todo = [t for t in todo if _key("footprint", t[0], t[1], t[2]) not in store]
+        for name, footprint in pool.map(_footprint, todo):
+            store[_key("footprint", args.model, name, args.requests)] = {"bytes": footprint}
+        save()
+        cells: list[tuple[str, str, int, str, int, str]] = []
+        for name in sources:
+            footprint = int(store[_key("footprint", args.model, name, args.requests)]["bytes"])
+            for mode in modes:
+                for pct in percents:
+                    capacity = max(1, int(footprint * pct / 100))
+                    for policy in POLICIES:
+                        key = _key(args.model, name, args.requests, mode, capacity, policy)
+                        if key not in store or policy in rerun:
+                            cells.append((args.model, name, args.requests, mode, capacity, policy))
+        # the longest first: Mooncake engine replays dominate
+        cells.sort(key=lambda c: (c[1] not in MOONCAKE, c[3] != "engine", c[5] != "marconi"))
+        futures = {pool.submit(_cell, cell): cell for cell in cells}
+        for done, (future, cell) in enumerate(futures.items(), 1):
+            _name, metrics = future.result()
+            store[_key(*cell)] = metrics
+            save()
+            print(
+                f"[{done}/{len(cells)}] {cell[1]} {cell[3]} {cell[4] / 1e9:.2f}GB {cell[5]}: "
+                f"hit {metrics['token_hit_rate']:.4f} p95 {metrics['ttft_p95_s']:.3f}s "
+                f"({metrics['wall_s']:.1f}s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return report(store, args.model, args.requests, sources, modes, percents)
+
+
+def report(
+    store: dict[str, dict[str, float]],
+    model: str,
+    requests: int,
+    sources: list[str],
+    modes: list[str],
+    percents: list[float],
+) -> int:
+    header = f"{'source':22} {'mode':6} {'cap':>4} " + " ".join(f"{p:>8}" for p in POLICIES)
+    print(header + "   hit  ratio " + " ".join(f"{p[:6]:>7}" for p in POLICIES) + "   p95  ratio")
+    held = total = 0
+    for name in sources:
+        footprint = int(store[_key("footprint", model, name, requests)]["bytes"])
+        for mode in modes:
+            for pct in percents:
+                capacity = max(1, int(footprint * pct / 100))
+                rows = {p: store[_key(model, name, requests, mode, capacity, p)] for p in POLICIES}
+                hits = {p: r["token_hit_rate"] for p, r in rows.items()}
+                p95 = {p: r["ttft_p95_s"] for p, r in rows.items()}
+                best_hit = max(v for p, v in hits.items() if p != "hycache")
+                best_p95 = min(v for p, v in p95.items() if p != "hycache")
+                hit_ok = hits["hycache"] >= best_hit
+                p95_ok = mode == "serial" or p95["hycache"] <= best_p95
+                held += hit_ok + p95_ok
+                total += 2
+                overrun = max(r["capacity_overrun_bytes"] for r in rows.values())
+                assert overrun == 0, f"capacity overrun in {name} {mode} {pct}%"
+                hit_ratio = hits["hycache"] / best_hit if best_hit else float("inf")
+                p95_ratio = p95["hycache"] / best_p95 if best_p95 else 1.0
+                print(
+                    f"{name:22} {mode:6} {pct:>3.0f}% "
+                    + " ".join(f"{hits[p]:8.4f}" for p in POLICIES)
+                    + f"  {'ok ' if hit_ok else 'NO '} {hit_ratio:5.3f} "
+                    + " ".join(f"{p95[p]:7.3f}" for p in POLICIES)
+                    + f"  {'ok ' if p95_ok else 'NO '} {p95_ratio:5.3f}"
+                )
+    print(f"hycache holds {held} of {total} comparisons (serial TTFT counted as held)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

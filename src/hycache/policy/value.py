@@ -1,0 +1,207 @@
+"""hycache's eviction: GreedyDual-Size over the *marginal* compute each entry saves.
+
+A recurrent model can only resume where a state sits, so an entry is worth what the next
+request loses without it, not what it cost to compute:
+
+* a **state** at prefix length ``p`` saves the prefill of ``(q, p]``, where ``q`` is the nearest
+  state above it on the path (the fallback a request would resume from instead);
+* a state is **superseded** when the chain below it (nodes with one child each) reaches a
+  deeper state: the next request of a conversation resumes at that deeper state, so this one
+  only serves requests that diverge inside the chain; it keeps ``superseded_weight`` of its
+  value. Once it is gone, the deeper state's fallback moves up and its value grows: a
+  conversation's last state ends up holding the value of the whole conversation;
+* **KV on a leaf** goes with the leaf's state (same key); KV on a leaf holding no state is a
+  *dead tail* (nothing can resume inside it; it only shows where later prompts diverge) and
+  keeps ``dead_weight`` of its value.
+
+Key = ``L + weight * saved_flops / bytes`` (times the hit count with ``use_frequency``), where
+``L`` is the aging clock as it stood at the entry's last access (insert or hit) and bytes
+include, for a state, the KV of ``(q, p]`` it keeps alive. When an eviction changes a
+neighbour's value (its fallback, its being superseded, its node becoming a dead leaf) that
+neighbour is re-keyed with its own last-access clock, so the change moves no entry forward in
+time.
+
+    path   root ── [0, 1024) S ── [1024, 3000) S' ── [3000, 3400) S''     S, S', S'': states
+    value  S:  flops(0, 1024)   S': superseded by S''   S'': flops(1024 or 3000, ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import KeysView
+from typing import TYPE_CHECKING
+
+from hycache.components.base import Component
+from hycache.components.recurrent import RecurrentComponent
+from hycache.policy.eviction import HeapEviction, Key
+from hycache.tree.node import Node
+
+if TYPE_CHECKING:
+    from hycache.cache import HybridPrefixCache
+
+#: how far down a chain ``superseded`` looks, and how many descendants a re-key visits
+WALK_LIMIT = 64
+
+
+class ValueEviction(HeapEviction):
+    """See the module docstring. Mutates only its own heaps and records."""
+
+    def __init__(
+        self,
+        *,
+        session_aware: bool = False,
+        use_frequency: bool = False,
+        superseded_weight: float = 0.05,
+        dead_weight: float = 0.1,
+        by_reason: bool = True,
+        exponent: float = 0.5,
+    ) -> None:
+        super().__init__(session_aware=session_aware)
+        self.refresh_state_path = False  # a hit refreshes only the state it resumed from
+        self.use_frequency = use_frequency
+        self.superseded_weight = superseded_weight
+        self.dead_weight = dead_weight
+        self.by_reason = by_reason
+        self.exponent = exponent
+        self._clock = 0.0
+        self._born: dict[tuple[Node, int], float] = {}  # aging clock at the last access
+        self._freq: dict[tuple[Node, int], int] = {}
+        self._dirty: list[Node] = []
+
+    def attach(self, cache: HybridPrefixCache) -> None:
+        super().attach(cache)
+        self._state = cache.recurrent
+        self._kv_per_token = sum(c.bytes_per_page for c in cache.kv_components) / cache.page_size
+
+    # ------------------------------------------------------------------ values
+    def _holder_above(self, node: Node) -> Node | None:
+        state = self._state
+        assert state is not None
+        parent = node.parent
+        while parent is not None and parent.parent is not None:
+            if state.has(parent):
+                return parent
+            parent = parent.parent
+        return None
+
+    def _superseded(self, node: Node) -> bool:
+        state = self._state
+        assert state is not None
+        below = node
+        for _ in range(WALK_LIMIT):
+            if len(below.children) != 1:
+                return False
+            below = next(iter(below.children.values()))
+            if state.has(below):
+                return True
+        return False
+
+    def _state_value(self, node: Node) -> float:
+        state = self._state
+        assert state is not None
+        above = self._holder_above(node)
+        fallback = 0 if above is None else above.end
+        saved = self.cache.spec.prefill_flops(fallback, node.end - fallback)
+        size = state.bytes_per_state + self._kv_per_token * (node.end - fallback)
+        weight = self.superseded_weight if self._superseded(node) else 1.0
+        if self.by_reason:
+            weight *= self.cache.state_reuse_rate(node)
+        density: float = (saved / size) ** self.exponent
+        return weight * density
+
+    def _value(self, node: Node, component: Component) -> float:
+        state = self._state
+        if state is not None and (isinstance(component, RecurrentComponent) or state.has(node)):
+            return self._state_value(node)  # a state, or KV on the node holding it
+        saved = self.cache.spec.prefill_flops(node.start, node.length)
+        value: float = (saved / max(component.bytes_on(node), 1)) ** self.exponent
+        if state is not None and not node.children:
+            value *= self.dead_weight  # a leaf no request can resume inside
+        return value
+
+    def key(self, node: Node, component: Component) -> Key:
+        ident = (node, component.slot)
+        frequency = self._freq.get(ident, 1) if self.use_frequency else 1
+        return (self._born.get(ident, self._clock) + frequency * self._value(node, component),)
+
+    # ------------------------------------------------------------------ hooks
+    def on_insert(self, node: Node, component: Component) -> None:
+        self._settle()
+        self._born[(node, component.slot)] = self._clock
+        super().on_insert(node, component)
+        if isinstance(component, RecurrentComponent):
+            self._mark_neighbours(node)
+            self._settle()
+
+    def touch(self, node: Node, component: Component) -> None:
+        ident = (node, component.slot)
+        self._born[ident] = self._clock
+        if self.use_frequency:
+            self._freq[ident] = self._freq.get(ident, 1) + 1
+
+    def on_hit(self, path: list[Node], used: Node | None) -> None:
+        self._settle()
+        super().on_hit(path, used)
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        self._clock = max(self._clock, key[-1])
+        ident = (node, component.slot)
+        self._born.pop(ident, None)
+        self._freq.pop(ident, None)
+        if isinstance(component, RecurrentComponent):
+            self._mark_neighbours(node)
+            self._dirty.append(node)  # its KV, if a leaf, is a dead tail now
+        else:
+            if self._state is not None and self._state.has(node):
+                above = self._holder_above(node)
+                if above is not None:
+                    self._dirty.append(above)
+            if node.parent is not None:
+                self._dirty.append(node.parent)  # may become a leaf
+
+    def next_victim(self, resource: str) -> tuple[Node, Component] | None:
+        self._settle()
+        return super().next_victim(resource)
+
+    def end_round(self) -> None:
+        super().end_round()
+        self._settle()
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        self._born = {i: t for i, t in self._born.items() if i in live}
+        self._freq = {i: n for i, n in self._freq.items() if i in live}
+
+    # ------------------------------------------------------------------ re-keying
+    def _mark_neighbours(self, node: Node) -> None:
+        """The states whose value depends on the state at ``node``: the one above (it may be
+        superseded or not any more), the nearest ones below (their fallback), and the node's
+        own KV (a leaf's KV follows its state)."""
+        state = self._state
+        assert state is not None
+        above = self._holder_above(node)
+        if above is not None:
+            self._dirty.append(above)
+        self._dirty.append(node)
+        stack = list(node.children.values())
+        visited = 0
+        while stack and visited < WALK_LIMIT:
+            below = stack.pop()
+            visited += 1
+            if state.has(below):
+                self._dirty.append(below)
+            else:
+                stack.extend(below.children.values())
+
+    def _settle(self) -> None:
+        """Re-key the marked nodes' entries (same last-access clock, new value). Safe inside a
+        round: a stashed entry's old key is superseded and skipped when it comes back."""
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, []
+        components = self.cache.tree.components
+        for node in dict.fromkeys(dirty):
+            if node.parent is None:
+                continue
+            for component in components:
+                ident = (node, component.slot)
+                if component.has(node) and ident in self._current:
+                    self._push(node, component)

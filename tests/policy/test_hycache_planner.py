@@ -1,0 +1,44 @@
+"""The hycache planner's learned tail checkpoint and its end-of-request state donation."""
+
+from __future__ import annotations
+
+from hycache.policy.base import PlanInput
+from hycache.policy.checkpoint import DEFAULT_TAIL, HycachePlanner
+
+
+def plan_input(
+    n: int, *, start: int = 0, kv_hit: int = 0, page: int = 1, new: int = 0
+) -> PlanInput:
+    return PlanInput(n, start, kv_hit, page, None, new)
+
+
+def test_tail_length_learns_the_quantile_of_unique_tails() -> None:
+    planner = HycachePlanner()
+    assert planner.tail_length() == DEFAULT_TAIL
+    for tail in range(10, 110, 10):  # ten prompts that shared all but 10..100 tokens
+        planner.plan(plan_input(5000, kv_hit=5000 - tail))
+    assert planner.tail_length() == 100  # the 90th percentile of 10, 20, ..., 100
+    plan = planner.plan(plan_input(3000, kv_hit=0))
+    positions = {p.position: p.reason for p in plan.checkpoints}
+    assert positions.get(2900) == "tail" or 2900 not in positions  # at most one prefill point
+    assert all(p.position in plan.chunk_ends for p in plan.checkpoints if p.position <= 3000)
+
+
+def test_tail_checkpoint_lands_before_a_later_divergence() -> None:
+    """``twice``-like prompts: a prefix, then a short unique suffix. Once tails were seen,
+    the tail checkpoint of a new prompt sits inside its prefix."""
+    planner = HycachePlanner(adaptive=False)
+    for i in range(20):
+        planner.plan(plan_input(3000 + i, kv_hit=3000 + i - 64))
+    plan = planner.plan(plan_input(4064))
+    tails = [p.position for p in plan.checkpoints if p.reason == "tail"]
+    assert tails == [4064 - planner.tail_length()] and tails[0] <= 4000
+
+
+def test_end_of_request_state_is_donated_on_page_aligned_ends() -> None:
+    planner = HycachePlanner(adaptive=False)
+    donated = planner.plan(plan_input(100, new=20, page=1))
+    assert donated.keep_final_state and all(p.reason != "final" for p in donated.checkpoints)
+    copied = planner.plan(plan_input(100, new=20, page=16))  # 120 is not a page end
+    assert not copied.keep_final_state
+    assert [p.position for p in copied.checkpoints if p.reason == "final"] == [112]

@@ -1,0 +1,123 @@
+"""hycache's value eviction: marginal saved compute, superseded states, dead tails, re-keying.
+
+Driven through a real cache (entries registered by the normal hooks); victims are asked of the
+policy directly and evicted the way the cache does (``victims`` of test_policies).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_policies import BIG, Fixed, run, seq, spec, victims
+
+from hycache.cache import HybridPrefixCache
+from hycache.lease import Lease
+from hycache.memory.layouts import shared_pool
+from hycache.policy.admission import AlwaysAdmit
+from hycache.policy.presets import build_cache
+from hycache.policy.value import ValueEviction
+
+
+def make(policy: ValueEviction, *, every: int = 0, page: int = 16) -> HybridPrefixCache:
+    s = spec()
+    return HybridPrefixCache(
+        s,
+        shared_pool(s, BIG, page),
+        page_size=page,
+        checkpoint=Fixed(every),
+        admission=AlwaysAdmit(),
+        eviction=policy,
+    )
+
+
+def nodes_by_end(cache: HybridPrefixCache) -> dict[int, object]:
+    return {n.end: n for n in cache.tree.iter_nodes()}
+
+
+def test_a_state_is_superseded_by_a_deeper_state_on_its_chain() -> None:
+    """Turn 2 of a conversation extends turn 1: turn 1's state is superseded (its key drops
+    below turn 2's), and is the first state to go."""
+    policy = ValueEviction(by_reason=False)
+    cache = make(policy)
+    turn1 = [*seq(0, 256), 1]
+    run(cache, turn1)  # state at 256
+    assert not policy._superseded(cache.tree.match(seq(0, 256), None).path[-1])
+    run(cache, [*seq(0, 256), *seq(900, 256), 1])  # state at 512, same chain
+    nodes = {n.end: n for n in cache.tree.iter_nodes()}
+    rec = cache.recurrent
+    assert rec is not None and rec.has(nodes[256]) and rec.has(nodes[512])
+    assert policy._superseded(nodes[256]) and not policy._superseded(nodes[512])
+    assert policy.key(nodes[256], rec) < policy.key(nodes[512], rec)
+    first_state = next(v for v in victims(cache, "bytes", 4) if v[1] == "recurrent")
+    assert first_state == (256, "recurrent")
+
+
+def test_a_branch_point_state_is_not_superseded() -> None:
+    """A state where two prompts diverge serves both: it keeps its full value."""
+    policy = ValueEviction(by_reason=False)
+    cache = make(policy, every=128)
+    run(cache, [*seq(0, 128), *seq(500, 128), 1])
+    run(cache, [*seq(0, 128), *seq(700, 128), 1])
+    node = cache.tree.match(seq(0, 128), None).path[-1]
+    assert node.end == 128 and len(node.children) == 2
+    assert not policy._superseded(node)
+
+
+def test_evicting_the_superseded_state_raises_the_deeper_ones_value() -> None:
+    """Once turn 1's state is gone, turn 2's fallback moves up to the root: it is re-keyed
+    with the prefill of the whole conversation, at its own last-access clock."""
+    policy = ValueEviction(by_reason=False, exponent=1.0)
+    cache = make(policy)
+    run(cache, [*seq(0, 256), 1])
+    run(cache, [*seq(0, 256), *seq(900, 256), 1])
+    rec = cache.recurrent
+    assert rec is not None
+    deep = {n.end: n for n in cache.tree.iter_nodes()}[512]
+    before = policy._current[(deep, rec.slot)]
+    cache._evict({n.end: n for n in cache.tree.iter_nodes()}[256], rec)
+    policy.evicted(deep, rec, before)  # what next_victim reports; re-keys the neighbours
+    policy._born[(deep, rec.slot)] = 0.0
+    policy._settle()
+    after = policy.key(deep, rec)
+    flops = cache.spec.prefill_flops
+    per_token = policy._kv_per_token
+    expected = flops(0, 512) / (rec.bytes_per_state + per_token * 512)
+    assert after[-1] == pytest.approx(expected)
+    assert before[-1] == pytest.approx(flops(256, 256) / (rec.bytes_per_state + per_token * 256))
+
+
+def test_dead_tails_go_before_states() -> None:
+    """KV on a leaf holding no state (nothing can resume inside it) is the first victim."""
+    policy = ValueEviction(by_reason=False)
+    cache = make(policy, every=128)
+    run(cache, [*seq(0, 64), *seq(300, 100)])  # a state at 128; KV cached up to 160
+    order = victims(cache, "bytes", 2)
+    assert order == [(160, "full"), (128, "recurrent")]
+
+
+def test_value_eviction_never_overruns_and_keeps_integrity() -> None:
+    """Random conversations through the hycache preset at a tight budget: the pool never
+    holds more than its budget and every invariant holds after every request."""
+    s = spec()
+    budget = s.kv_bytes_per_token * 600 + s.state_bytes * 6
+    cache = build_cache(s, budget, "hycache")
+    assert isinstance(cache.eviction, ValueEviction)
+    rng = random.Random(3)
+    sessions: list[list[int]] = [[] for _ in range(5)]
+    for _ in range(120):
+        history = sessions[rng.randrange(len(sessions))]
+        history.extend(rng.randrange(1000) for _ in range(rng.randint(5, 80)))
+        lease = cache.admit(history, max_new_tokens=10)
+        assert isinstance(lease, Lease)
+        cache.record_planned(lease, up_to=lease.prompt_len)
+        output = [rng.randrange(1000) for _ in range(10)]
+        cache.extend(lease, output)
+        cache.record_planned(lease)
+        cache.finish(lease)
+        history.extend(output)
+        cache.check_integrity()
+        assert cache.pool.used_bytes <= budget
+        if len(history) > 400:
+            history.clear()
+    assert cache.stats().reused_tokens > 0
