@@ -18,6 +18,7 @@ the presets named by ``--rerun`` (useful while tuning one policy: the others do 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -25,7 +26,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from hycache.sim.cost import CostModel, hardware
-from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
+from hycache.sim.simulate import (
+    SimulationConfig,
+    footprint_bytes,
+    parse_set_options,
+    run_policy,
+)
 from hycache.sim.trace import read_trace
 from hycache.sim.workloads import WORKLOADS, generate
 from hycache.spec import load_spec
@@ -48,10 +54,18 @@ class Source:
         return generate(self.name, requests=self.requests, seed=0)
 
 
+KNOBS: dict[str, dict[str, str]] = {}
+
+
 def _config(model: str, mode: str) -> SimulationConfig:
     spec = load_spec(model)
     return SimulationConfig(
-        spec, CostModel(spec, hardware("h200")), mode=mode, progress=False, reject_oversized=True
+        spec,
+        CostModel(spec, hardware("h200")),
+        mode=mode,
+        progress=False,
+        reject_oversized=True,
+        knobs=KNOBS,
     )
 
 
@@ -60,10 +74,16 @@ def _footprint(args: tuple[str, str, int]) -> tuple[str, int]:
     return name, footprint_bytes(_config(model, "serial"), Source(name, requests))
 
 
-def _cell(args: tuple[str, str, int, str, int, str]) -> tuple[str, dict[str, float]]:
-    model, name, requests, mode, capacity, policy = args
-    result = run_policy(_config(model, mode), policy, capacity, Source(name, requests))
+def _cell(
+    args: tuple[str, str, int, str, int, str, float | None],
+) -> tuple[str, dict[str, float]]:
+    model, name, requests, mode, capacity, policy, alpha = args
+    config = _config(model, mode)
+    if alpha is not None:  # Marconi's bootstrap depends on the source and capacity only
+        config = dataclasses.replace(config, knobs={**KNOBS, "marconi": {"alpha": alpha}})
+    result = run_policy(config, policy, capacity, Source(name, requests))
     return name, {
+        "alpha": float(result.knobs.get("alpha") or 0.0) if policy == "marconi" else 0.0,
         "token_hit_rate": result.token_hit_rate,
         "kv_hit_rate": result.kv_hit_rate,
         "ttft_p50_s": result.ttft_p50_s,
@@ -87,7 +107,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--results", default="policy_matrix.json")
     parser.add_argument("--rerun", default="", help="presets to replay again, e.g. hycache")
+    parser.add_argument("--set", action="append", default=[], metavar="PRESET.KNOB=VALUE")
     args = parser.parse_args()
+    KNOBS.update(parse_set_options(args.set))
     sources = [s for s in args.sources.split(",") if s]
     modes = [m for m in args.modes.split(",") if m]
     percents = [float(c) for c in args.capacities.split(",") if c]
@@ -104,30 +126,39 @@ def main() -> int:
         for name, footprint in pool.map(_footprint, todo):
             store[_key("footprint", args.model, name, args.requests)] = {"bytes": footprint}
         save()
-        cells: list[tuple[str, str, int, str, int, str]] = []
-        for name in sources:
-            footprint = int(store[_key("footprint", args.model, name, args.requests)]["bytes"])
-            for mode in modes:
+        for phase in modes:  # serial first: engine-mode Marconi reuses its alpha
+            cells: list[tuple[str, str, int, str, int, str, float | None]] = []
+            for name in sources:
+                footprint = int(store[_key("footprint", args.model, name, args.requests)]["bytes"])
                 for pct in percents:
                     capacity = max(1, int(footprint * pct / 100))
                     for policy in POLICIES:
-                        key = _key(args.model, name, args.requests, mode, capacity, policy)
-                        if key not in store or policy in rerun:
-                            cells.append((args.model, name, args.requests, mode, capacity, policy))
-        # the longest first: Mooncake engine replays dominate
-        cells.sort(key=lambda c: (c[1] not in MOONCAKE, c[3] != "engine", c[5] != "marconi"))
-        futures = {pool.submit(_cell, cell): cell for cell in cells}
-        for done, (future, cell) in enumerate(futures.items(), 1):
-            _name, metrics = future.result()
-            store[_key(*cell)] = metrics
-            save()
-            print(
-                f"[{done}/{len(cells)}] {cell[1]} {cell[3]} {cell[4] / 1e9:.2f}GB {cell[5]}: "
-                f"hit {metrics['token_hit_rate']:.4f} p95 {metrics['ttft_p95_s']:.3f}s "
-                f"({metrics['wall_s']:.1f}s)",
-                file=sys.stderr,
-                flush=True,
-            )
+                        key = _key(args.model, name, args.requests, phase, capacity, policy)
+                        if key in store and policy not in rerun:
+                            continue
+                        alpha = None
+                        serial = store.get(
+                            _key(args.model, name, args.requests, "serial", capacity, policy)
+                        )
+                        if policy == "marconi" and serial and serial.get("alpha"):
+                            alpha = serial["alpha"]
+                        cells.append(
+                            (args.model, name, args.requests, phase, capacity, policy, alpha)
+                        )
+            # the longest first: Mooncake replays and Marconi's bootstrap dominate
+            cells.sort(key=lambda c: (c[1] not in MOONCAKE, c[5] != "marconi"))
+            futures = {pool.submit(_cell, cell): cell for cell in cells}
+            for done, (future, cell) in enumerate(futures.items(), 1):
+                _name, metrics = future.result()
+                store[_key(*cell[:6])] = metrics
+                save()
+                print(
+                    f"[{done}/{len(cells)}] {cell[1]} {cell[3]} {cell[4] / 1e9:.2f}GB {cell[5]}: "
+                    f"hit {metrics['token_hit_rate']:.4f} p95 {metrics['ttft_p95_s']:.3f}s "
+                    f"({metrics['wall_s']:.1f}s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return report(store, args.model, args.requests, sources, modes, percents)
 
 

@@ -39,6 +39,9 @@ from hycache.tree.keys import TOKEN_BYTES, TokenInput, encode_tokens
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
 
+#: how many clock ticks (admits and finishes) a Wait keeps ``PlanInput.under_pressure`` set
+PRESSURE_MEMORY = 64
+
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -89,6 +92,7 @@ class HybridPrefixCache:
         self._node_session: dict[Node, str] = {}
         self._state_reason: dict[Node, str] = {}  # why the state at a node was checkpointed
         self._next_id = 0
+        self._pressure_until = 0  # clock until which a recent Wait counts as memory pressure
         eviction.attach(self)
 
     @staticmethod
@@ -157,6 +161,10 @@ class HybridPrefixCache:
         reclaimable = self._reclaimable()
         if any(reclaimable[r] < missing for r, missing in short.items()):
             return short
+        return self._evict_for(demand, short)
+
+    def _evict_for(self, demand: dict[str, int], short: dict[str, int]) -> dict[str, int]:
+        """The eviction rounds of ``_ensure``: evict until ``demand`` fits or nothing is left."""
         while short:
             # One round ranks the candidates once; an entry that only became evictable during
             # the round (a parent whose last child went) waits for the next round.
@@ -258,6 +266,7 @@ class HybridPrefixCache:
             if locked is not None:
                 self.tree.unlock(locked)
             self.counters.waits += 1
+            self._pressure_until = self.clock + PRESSURE_MEMORY
             return Wait("memory is held by requests in flight", short)
         working = {kind: self.pool.alloc(kind, count) for kind, count in demand.items()}
         budget = self.default_token_budget if token_budget is None else token_budget
@@ -273,6 +282,7 @@ class HybridPrefixCache:
                     r: (stored, self.counters.reason_hits[r])
                     for r, stored in self.counters.reason_inserted.items()
                 },
+                self.clock < self._pressure_until,
             )
         )
         source = None

@@ -164,6 +164,7 @@ class HycachePlanner(CheckpointPolicy):
         learn_grid: bool = True,
         adaptive: bool = True,
         max_prefill_checkpoints: int = 1,
+        pressure_ratio: int = 0,
     ) -> None:
         self.interval = interval
         self.max_prefill_checkpoints = max_prefill_checkpoints
@@ -171,6 +172,7 @@ class HycachePlanner(CheckpointPolicy):
         self.adaptive = adaptive
         self.warmup = 8  # states of a reason stored before its reuse rate is trusted
         self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
+        self.pressure_ratio = pressure_ratio  # the same under memory pressure (0: ignore it)
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -211,9 +213,14 @@ class HycachePlanner(CheckpointPolicy):
         self._observed += 1
 
     def _pays(self, reason: str, request: PlanInput) -> bool:
+        """Whether states of ``reason`` are worth taking. Under memory pressure a prefill copy
+        holds a slot other requests wait for: only reasons reused at least once per
+        ``pressure_ratio`` stored states are taken (the donated end state costs nothing)."""
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
+        if self.pressure_ratio and request.under_pressure and reason != "final":
+            return stored < self.warmup or reused * self.pressure_ratio >= stored
         return stored < self.warmup or reused * self.reuse_ratio >= stored or self._plans % 16 == 0
 
     def plan(self, request: PlanInput) -> PrefillPlan:
@@ -225,9 +232,12 @@ class HycachePlanner(CheckpointPolicy):
             grid = max(page, _floor(self.interval, page))
             for p in range(_floor(start, grid) + grid, n, grid):
                 wanted[p] = "interval"
-        for position in (_floor(n, page), _floor(n, self.divergence_grid(page))):
-            if position > start:
-                wanted[position] = "prompt_end"
+        # the prompt end on the divergence grid: where a later prompt sharing this one's whole
+        # blocks diverges (the exact end only serves an identical prompt, and the last token
+        # is always recomputed, so only a coarse grid makes it reusable)
+        position = _floor(n, self.divergence_grid(page))
+        if position > start:
+            wanted[position] = "prompt_end"
         tail = _floor(n - self.tail_length(), page)  # a later prompt sharing all but its tail
         if tail > start and tail not in wanted:
             wanted[tail] = "tail"

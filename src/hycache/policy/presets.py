@@ -152,6 +152,26 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
         "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
         "token_budget": Knob(None, int, "prefill token budget per chunk", "-", optional=True),
+        "tune": Knob(
+            True,
+            bool,
+            "pick eviction and adaptive once by replaying a bootstrap window (the simulator "
+            "does it when neither is set), as Marconi picks alpha",
+            "-",
+        ),
+        "bootstrap_multiplier": Knob(
+            5,
+            int,
+            "bootstrap window for tuning, in multiples of the requests that fill the cache once",
+            "-",
+        ),
+        "pressure_ratio": Knob(
+            0,
+            int,
+            "while requests wait for memory, take a prefill checkpoint only for reasons reused "
+            "once per this many stored states (0: ignore memory pressure)",
+            "-",
+        ),
     },
 }
 
@@ -313,7 +333,9 @@ def build_hycache(
         spec,
         shared_pool(spec, capacity, page, track_ids=track_ids),
         page_size=page,
-        checkpoint=HycachePlanner(interval, adaptive=bool(k["adaptive"])),
+        checkpoint=HycachePlanner(
+            interval, adaptive=bool(k["adaptive"]), pressure_ratio=int(k["pressure_ratio"] or 0)
+        ),
         admission=_admission(k["admission"]),
         eviction=_hycache_eviction(str(k["eviction"]), bool(k["session_aware"])),
         token_budget=_budget(k["token_budget"]),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from hycache.cache import HybridPrefixCache
 from hycache.errors import ConfigError
 from hycache.policy.marconi import tune_alpha
+from hycache.policy.tuning import tune_knobs
 from hycache.policy.presets import KNOBS, build_cache, resolve_knobs
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult
@@ -109,6 +110,18 @@ def run_policy(
 
         best, _scores = tune_alpha(score)
         extra["alpha"] = best
+    tuned = {"eviction", "adaptive"} & set(knobs)
+    if preset == "hycache" and resolve_knobs("hycache", knobs)["tune"] and not tuned:
+        multiplier = int(resolve_knobs("hycache", knobs)["bootstrap_multiplier"] or 5)
+        window = _bootstrap_window(source, config.spec, capacity, multiplier)
+
+        def replay(choice: Mapping[str, object]) -> float:
+            cache = _build(config, preset, capacity, choice)
+            replay_serial(cache, window, config.cost, reject_oversized=True)
+            return float(cache.counters.reused_tokens)
+
+        chosen, _ = tune_knobs(replay)
+        extra.update(chosen)
     cache = _build(config, preset, capacity, extra)
     shown: dict[str, object] = dict(resolve_knobs(preset, {**knobs, **extra}))
     bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
