@@ -42,3 +42,16 @@ def test_end_of_request_state_is_donated_on_page_aligned_ends() -> None:
     copied = planner.plan(plan_input(100, new=20, page=16))  # 120 is not a page end
     assert not copied.keep_final_state
     assert [p.position for p in copied.checkpoints if p.reason == "final"] == [112]
+
+
+def test_prompt_end_sits_on_the_learned_divergence_grid() -> None:
+    """Prompts that diverge on 512-token blocks teach a 512 grid: the prompt-end checkpoint is
+    the last block boundary (the exact end only serves an identical prompt)."""
+    planner = HycachePlanner(adaptive=False)
+    for i in range(1, 30):
+        planner.plan(plan_input(512 * i + 100, kv_hit=512 * i))
+    assert planner.divergence_grid(1) == 512
+    plan = planner.plan(plan_input(5000))
+    ends = [p.position for p in plan.checkpoints if p.reason == "prompt_end"]
+    assert ends == [] or ends == [4608]
+    assert 5000 not in [p.position for p in plan.checkpoints]

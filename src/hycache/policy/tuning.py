@@ -4,8 +4,9 @@ The value eviction (``hycache.policy.value``) wins where what is worth keeping i
 reused again and again (conversations, shared documents); plain recency wins where reuse is
 mostly temporal and short-lived (the Mooncake traces at small capacities). Whether to skip
 checkpoint kinds that were rarely reused is likewise workload-dependent. Like Marconi's alpha,
-the choice is made once: the caller replays a bootstrap window with every candidate and the one
-that saves the most prefill FLOPs wins (ties, and wins by less than ``MARGIN``: the first listed, the default).
+the choice is made once: the caller replays a bootstrap window with every candidate and scores
+each (the simulator: tokens reused); the best wins, but the first listed (the default) keeps
+its place unless another beats it by ``MARGIN``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ def tune_knobs(
     replay: Callable[[Mapping[str, object]], float],
     candidates: Sequence[Mapping[str, object]] = CANDIDATES,
 ) -> tuple[Mapping[str, object], list[float]]:
-    """``replay(knobs)`` replays the bootstrap window with those knobs and returns the FLOPs
-    saved. The first candidate wins unless another saves ``MARGIN`` more. Returns the winning
+    """``replay(knobs)`` replays the bootstrap window with those knobs and returns its score
+    (higher is better). The first candidate wins unless another saves ``MARGIN`` more. Returns the winning
     knobs and every candidate's score, in ``candidates`` order."""
     scores = [replay(knobs) for knobs in candidates]
     best = max(range(len(candidates)), key=lambda i: (scores[i], -i))

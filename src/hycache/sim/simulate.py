@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from hycache.cache import HybridPrefixCache
 from hycache.errors import ConfigError
 from hycache.policy.marconi import tune_alpha
-from hycache.policy.tuning import tune_knobs
 from hycache.policy.presets import KNOBS, build_cache, resolve_knobs
+from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress

@@ -1,0 +1,30 @@
+"""hycache's one-time tuning of eviction and checkpoint skipping."""
+
+from __future__ import annotations
+
+from hycache.policy.tuning import CANDIDATES, MARGIN, tune_knobs
+from hycache.sim.cost import CostModel, hardware
+from hycache.sim.simulate import SimulationConfig, run_policy
+from hycache.sim.workloads import generate
+from hycache.spec import load_spec
+
+
+def test_the_default_wins_unless_another_candidate_is_clearly_better() -> None:
+    def scores(table: list[float]):  # type: ignore[no-untyped-def]
+        return lambda knobs: table[CANDIDATES.index(knobs)]
+
+    close = [100.0] + [100.0 * (1 + MARGIN / 2)] * (len(CANDIDATES) - 1)
+    assert tune_knobs(scores(close))[0] is CANDIDATES[0]
+    far = [100.0] + [100.0 * (1 + 2 * MARGIN)] + [0.0] * (len(CANDIDATES) - 2)
+    chosen, got = tune_knobs(scores(far))
+    assert chosen is CANDIDATES[1] and got == far
+
+
+def test_run_policy_tunes_hycache_unless_its_knobs_are_set() -> None:
+    spec = load_spec("qwen3-next-80b-a3b")
+    cost = CostModel(spec, hardware("h200"))
+    source = lambda: generate("chat", requests=40, seed=1)  # noqa: E731
+    tuned = run_policy(SimulationConfig(spec, cost), "hycache", 2 * 10**9, source)
+    assert {k: tuned.knobs[k] for k in ("eviction", "adaptive")} in [dict(c) for c in CANDIDATES]
+    fixed = SimulationConfig(spec, cost, knobs={"hycache": {"eviction": "gds"}})
+    assert run_policy(fixed, "hycache", 2 * 10**9, source).knobs["eviction"] == "gds"
