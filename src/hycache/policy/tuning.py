@@ -29,8 +29,8 @@ def tune_knobs(
     candidates: Sequence[Mapping[str, object]] = CANDIDATES,
 ) -> tuple[Mapping[str, object], list[float]]:
     """``replay(knobs)`` replays the bootstrap window with those knobs and returns its score
-    (higher is better). The first candidate wins unless another saves ``MARGIN`` more. Returns the winning
-    knobs and every candidate's score, in ``candidates`` order."""
+    (higher is better). The first candidate wins unless another scores ``MARGIN`` more.
+    Returns the winning knobs and every candidate's score, in ``candidates`` order."""
     scores = [replay(knobs) for knobs in candidates]
     best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
     if scores[best] <= scores[0] * (1 + MARGIN):
