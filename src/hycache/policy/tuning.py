@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 #: the candidates, best-first for ties: the defaults first
 CANDIDATES: tuple[Mapping[str, object], ...] = (
     {"eviction": "value", "adaptive": True},
-    {"eviction": "lru", "adaptive": True},
+    {"eviction": "value", "adaptive": False},
     {"eviction": "lru", "adaptive": False},
 )
 #: another candidate replaces the first (the default) only if it saves this much more: a short

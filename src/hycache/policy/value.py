@@ -54,6 +54,8 @@ class ValueEviction(HeapEviction):
         dead_weight: float = 0.1,
         by_reason: bool = True,
         exponent: float = 0.5,
+        aging_horizon: int = 1600,
+        learn_superseded: bool = True,
     ) -> None:
         super().__init__(session_aware=session_aware)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
@@ -62,6 +64,11 @@ class ValueEviction(HeapEviction):
         self.dead_weight = dead_weight
         self.by_reason = by_reason
         self.exponent = exponent
+        self.aging_horizon = aging_horizon
+        self.learn_superseded = learn_superseded
+        self._superseded_hits = 0
+        self._frontier_hits = 0
+        self._typical = 0.0
         self._clock = 0.0
         self._born: dict[tuple[Node, int], float] = {}  # aging clock at the last access
         self._freq: dict[tuple[Node, int], int] = {}
@@ -102,11 +109,20 @@ class ValueEviction(HeapEviction):
         fallback = 0 if above is None else above.end
         saved = self.cache.spec.prefill_flops(fallback, node.end - fallback)
         size = state.bytes_per_state + self._kv_per_token * (node.end - fallback)
-        weight = self.superseded_weight if self._superseded(node) else 1.0
+        weight = self._superseded_factor() if self._superseded(node) else 1.0
         if self.by_reason:
             weight *= self.cache.state_reuse_rate(node)
         density: float = (saved / size) ** self.exponent
         return weight * density
+
+    def _superseded_factor(self) -> float:
+        """How much a superseded state is worth next to one that is not: learned from which
+        kind the hits resumed from (conversations resume at the deepest state; prompts that
+        share all but a tail resume at a superseded one), never below ``superseded_weight``."""
+        if not self.learn_superseded:
+            return self.superseded_weight
+        ratio = (self._superseded_hits + 1) / (self._frontier_hits + 1)
+        return min(1.0, max(self.superseded_weight, ratio))
 
     def _value(self, node: Node, component: Component) -> float:
         state = self._state
@@ -118,15 +134,25 @@ class ValueEviction(HeapEviction):
             value *= self.dead_weight  # a leaf no request can resume inside
         return value
 
+    def _now(self) -> float:
+        """The aging clock for an access now: GreedyDual's ``L`` plus, with an ``aging_horizon``,
+        the mean value of recent entries per ``aging_horizon`` cache ticks, so an entry not
+        touched for that long has lost one typical value over the entries touched now."""
+        if not self.aging_horizon:
+            return self._clock
+        return self._clock + self._typical * self.cache.clock / self.aging_horizon
+
     def key(self, node: Node, component: Component) -> Key:
         ident = (node, component.slot)
         frequency = self._freq.get(ident, 1) if self.use_frequency else 1
-        return (self._born.get(ident, self._clock) + frequency * self._value(node, component),)
+        value = self._value(node, component)
+        self._typical += (value - self._typical) / 64  # a running mean of values
+        return (self._born.get(ident, self._clock) + frequency * value,)
 
     # ------------------------------------------------------------------ hooks
     def on_insert(self, node: Node, component: Component) -> None:
         self._settle()
-        self._born[(node, component.slot)] = self._clock
+        self._born[(node, component.slot)] = self._now()
         super().on_insert(node, component)
         if isinstance(component, RecurrentComponent):
             self._mark_neighbours(node)
@@ -134,12 +160,17 @@ class ValueEviction(HeapEviction):
 
     def touch(self, node: Node, component: Component) -> None:
         ident = (node, component.slot)
-        self._born[ident] = self._clock
+        self._born[ident] = self._now()
         if self.use_frequency:
             self._freq[ident] = self._freq.get(ident, 1) + 1
 
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         self._settle()
+        if used is not None and self._state is not None and self._state.has(used):
+            if self._superseded(used):
+                self._superseded_hits += 1
+            else:
+                self._frontier_hits += 1
         super().on_hit(path, used)
 
     def evicted(self, node: Node, component: Component, key: Key) -> None:
