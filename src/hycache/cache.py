@@ -135,7 +135,8 @@ class HybridPrefixCache:
             while node is not None and node.parent is not None and node not in seen:
                 seen.add(node)
                 for c in self.tree.components:
-                    held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
+                    if self.tree.pinned(node, c):
+                        held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
                 node = node.parent
         return held
 
@@ -494,7 +495,7 @@ class HybridPrefixCache:
         holders = [n for n in deepest.path_from_root() if self.recurrent.has(n)]
         capped: set[int] = set()
         for node in holders[: max(0, len(holders) - self.max_states_per_path)]:
-            if not node.lock_ref:
+            if not self.tree.pinned(node, self.recurrent):
                 self.counters.states_capped += 1
                 capped.add(node.end)
                 self.tree.release(node, self.recurrent)

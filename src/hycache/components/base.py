@@ -33,6 +33,10 @@ class Component(ABC):
     #: True when the component's data covers every inserted position (attention KV) and so
     #: bounds the attention-only match length; False for checkpoint-style data (states).
     bounds_kv: ClassVar[bool] = False
+    #: True when a lock passing through a node pins this component's data there (attention
+    #: KV: the request reads it); False when only a lock ending at the node does (a state:
+    #: a request only copies the state it resumes from, as SGLang's MAMBA locks one node).
+    pinned_on_path: ClassVar[bool] = True
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.kind

@@ -17,6 +17,7 @@ from hycache.tree.node import Node
 
 class RecurrentComponent(Component):
     kind: ClassVar[str] = "recurrent"
+    pinned_on_path: ClassVar[bool] = False
 
     def __init__(
         self, store: SlotStore, *, bytes_per_state: int = 0, name: str | None = None

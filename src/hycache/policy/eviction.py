@@ -162,7 +162,9 @@ class HeapEviction(EvictionPolicy):
                 self._current[ident] = refiled
                 heapq.heappush(heap, (refiled, next(self._seq), node, slot))
                 continue
-            if node.lock_ref or (not isinstance(component, RecurrentComponent) and node.children):
+            if self.cache.tree.pinned(node, component) or (
+                not isinstance(component, RecurrentComponent) and node.children
+            ):
                 self._stash.append((resource, entry))
                 continue
             del self._current[ident]

@@ -261,10 +261,22 @@ class RadixTree:
         self.prune(node)
 
     # ------------------------------------------------------------------ removal
+    @staticmethod
+    def lock_ends_at(node: Node) -> bool:
+        """Whether some lock ends at ``node`` (rather than only passing through it)."""
+        return node.lock_ref > sum(child.lock_ref for child in node.children.values())
+
+    def pinned(self, node: Node, component: Component) -> bool:
+        """Whether ``component``'s data on ``node`` must stay: attention KV on any locked node;
+        a state only where a lock ends (the state a request resumes from)."""
+        if not node.lock_ref:
+            return False
+        return component.pinned_on_path or self.lock_ends_at(node)
+
     def release(self, node: Node, component: Component) -> None:
         """Drop ``component``'s data on ``node``; a leaf left with no data at all is removed
-        (and so on upwards). The node must not be locked."""
-        if node.lock_ref:
+        (and so on upwards). The data must not be pinned (see ``pinned``)."""
+        if self.pinned(node, component):
             raise CacheUsageError(f"cannot drop {component.name} data of locked {node}")
         component.release(node)
         self.prune(node)
@@ -379,7 +391,7 @@ class RadixTree:
         self.split_at(key, stop, namespace)
         targets = [n for n in self.nodes_on(key, namespace, length=stop) if n.start >= start]
         for node in targets:
-            if node.lock_ref and component.has(node):
+            if self.pinned(node, component) and component.has(node):
                 raise CacheUsageError(f"cannot drop {component.name} data of locked {node}")
         touched = 0
         for node in reversed(targets):
