@@ -159,6 +159,38 @@ def test_lock_prevents_release() -> None:
     assert f.tree.match(tokens).kv_hit == 0
 
 
+def test_a_passing_lock_pins_kv_but_not_the_states_it_passes() -> None:
+    """A request locks its path to the state it resumes from: the KV on the path and that
+    state stay; a state higher up that the request does not use may go (SGLang's MAMBA
+    locks one node)."""
+    f = Fixture()
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8]
+    f.tree.insert(tokens)
+    upper = f.put_state(tokens, 4)
+    lower = f.put_state(tokens, 8)
+    f.tree.lock(lower)
+    full = f.component("full")
+    assert f.tree.lock_ends_at(lower) and not f.tree.lock_ends_at(upper)
+    assert f.tree.pinned(upper, full) and not f.tree.pinned(upper, f.recurrent)
+    assert f.tree.pinned(lower, f.recurrent)
+    with pytest.raises(CacheUsageError):
+        f.tree.release(upper, full)
+    with pytest.raises(CacheUsageError):
+        f.tree.release(lower, f.recurrent)
+    f.tree.release(upper, f.recurrent)
+    assert not f.recurrent.has(upper) and f.recurrent.has(lower)
+    f.check()
+    # a second request resuming at 4 pins that state again
+    again = f.put_state(tokens, 4)
+    f.tree.lock(again)
+    assert f.tree.pinned(again, f.recurrent)
+    with pytest.raises(CacheUsageError):
+        f.tree.release(again, f.recurrent)
+    f.tree.unlock(again)
+    f.tree.unlock(lower)
+    f.check()
+
+
 def test_unlock_prunes_empty_leaves() -> None:
     # Recurrent only: an inserted path holds no data until a state is put on it, so a locked
     # path without states is made of empty nodes that only the lock keeps alive.
