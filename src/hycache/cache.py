@@ -135,7 +135,7 @@ class HybridPrefixCache:
             while node is not None and node.parent is not None and node not in seen:
                 seen.add(node)
                 for c in self.tree.components:
-                    if self.tree.pinned(node, c):
+                    if self.eviction.pinned(node, c):
                         held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
                 node = node.parent
         return held
@@ -451,6 +451,54 @@ class HybridPrefixCache:
         self._release(lease)
         return FinishResult(cached, tuple(inserted), tuple(refused))
 
+    def publish(self, lease: Lease) -> list[int]:
+        """The request's prefill is done: make its prompt KV (whole pages) and the states it
+        copied so far part of the cache now, as vLLM's and SGLang's prefix caches do with a
+        running request's computed blocks, so that requests arriving while it decodes can
+        reuse them and the states stop holding slots of its own. The request keeps its
+        prompt locked (it attends to that KV while decoding); ``finish`` inserts the rest.
+        Returns the positions of the states stored. Publishes nothing if the pages cannot be
+        placed. Simulators call it; an engine that writes KV into pages at ``finish`` only
+        (the reference engine) must not."""
+        self._active(lease)
+        key, ns = lease.full_key, lease.namespace
+        upto = lease.prompt_len - lease.prompt_len % self.page_size
+        if upto <= lease.hit:
+            return []
+        key = key[: upto * TOKEN_BYTES]
+        found = self.tree.match(key, ns)
+        need = self._pages_needed(found, upto)
+        moved: dict[str, int] = {}
+        for kind, count in need.items():  # the pages move from the request to the tree
+            ids = list(lease.working.get(kind, ()))
+            moved[kind] = min(count, len(ids))
+            self.pool.free(kind, ids[: moved[kind]])
+            lease.working[kind] = ids[moved[kind] :]
+        if self._ensure(need):
+            for kind, count in moved.items():  # cannot place them: take the pages back
+                lease.working[kind] = [*lease.working[kind], *self.pool.alloc(kind, count)]
+            return []
+        path = self.tree.insert(key, ns, after=found)
+        for node in path:
+            for component in self.kv_components:
+                self.eviction.on_insert(node, component)
+        stored = []
+        for position in sorted(p for p in lease.checkpoints if p <= upto):
+            slot, reason = lease.checkpoints.pop(position)
+            if self._store_state(path, key, ns, position, slot, reason, upto):
+                stored.append(position)
+            else:
+                self.pool.free("recurrent", [slot])
+        node = self._split_at(key, upto, ns)
+        self.tree.lock(node)
+        if lease.locked is not None:
+            self.tree.unlock(lease.locked)
+        lease.locked = node
+        if lease.session is not None:
+            for on_path in node.path_from_root():
+                self._node_session[on_path] = lease.session
+        return stored
+
     def _store_state(
         self,
         path: list[Node],
@@ -495,7 +543,7 @@ class HybridPrefixCache:
         holders = [n for n in deepest.path_from_root() if self.recurrent.has(n)]
         capped: set[int] = set()
         for node in holders[: max(0, len(holders) - self.max_states_per_path)]:
-            if not self.tree.pinned(node, self.recurrent):
+            if not self.eviction.pinned(node, self.recurrent):
                 self.counters.states_capped += 1
                 capped.add(node.end)
                 self.tree.release(node, self.recurrent)

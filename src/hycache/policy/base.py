@@ -86,6 +86,11 @@ class EvictionPolicy(ABC):
     def attach(self, cache: HybridPrefixCache) -> None:
         self.cache = cache
 
+    def pinned(self, node: Node, component: Component) -> bool:
+        """Whether the entry may not be evicted now (``victims`` never yields it). Default:
+        the tree's rule (KV on a locked path, a state where a lock ends)."""
+        return self.cache.tree.pinned(node, component)
+
     @abstractmethod
     def on_insert(self, node: Node, component: Component) -> None:
         """``component`` got new data on ``node`` (now = ``cache.clock``)."""

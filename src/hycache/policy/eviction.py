@@ -162,7 +162,7 @@ class HeapEviction(EvictionPolicy):
                 self._current[ident] = refiled
                 heapq.heappush(heap, (refiled, next(self._seq), node, slot))
                 continue
-            if self.cache.tree.pinned(node, component) or (
+            if self.pinned(node, component) or (
                 not isinstance(component, RecurrentComponent) and node.children
             ):
                 self._stash.append((resource, entry))

@@ -35,6 +35,11 @@ class MarconiEviction(EvictionPolicy):
         self._ranked_for: str | None = None
         self._flops_memo: dict[tuple[int, int], float] = {}
 
+    def pinned(self, node: Node, component: Component) -> bool:
+        """Everything on a locked path stays (Marconi has no requests in flight to tell
+        passing locks from ending ones)."""
+        return node.lock_ref > 0
+
     def on_insert(self, node: Node, component: Component) -> None:
         self._stamp[node] = self.cache.clock
 

@@ -109,7 +109,12 @@ class ValueEviction(HeapEviction):
         fallback = 0 if above is None else above.end
         saved = self.cache.spec.prefill_flops(fallback, node.end - fallback)
         size = state.bytes_per_state + self._kv_per_token * (node.end - fallback)
-        weight = self._superseded_factor() if self._superseded(node) else 1.0
+        if len(node.children) > 1:
+            weight = float(len(node.children))  # the fallback of every continuation below
+        elif self._superseded(node):
+            weight = self._superseded_factor()
+        else:
+            weight = 1.0
         if self.by_reason:
             weight *= self.cache.state_reuse_rate(node)
         density: float = (saved / size) ** self.exponent
@@ -157,6 +162,8 @@ class ValueEviction(HeapEviction):
         if isinstance(component, RecurrentComponent):
             self._mark_neighbours(node)
             self._settle()
+        elif node.parent is not None and self._state is not None and self._state.has(node.parent):
+            self._dirty.append(node.parent)  # one more continuation below that state
 
     def touch(self, node: Node, component: Component) -> None:
         ident = (node, component.slot)
@@ -188,6 +195,18 @@ class ValueEviction(HeapEviction):
                     self._dirty.append(above)
             if node.parent is not None:
                 self._dirty.append(node.parent)  # may become a leaf
+
+    def pinned(self, node: Node, component: Component) -> bool:
+        """Also keeps a state that running requests pass through unless it is superseded:
+        a shared prefix's state (a branch point, or the deepest state of its chain) is what
+        the next arrivals resume from; an old turn of a conversation is not."""
+        if super().pinned(node, component):
+            return True
+        return (
+            node.lock_ref > 0
+            and isinstance(component, RecurrentComponent)
+            and not self._superseded(node)
+        )
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         self._settle()

@@ -190,8 +190,11 @@ def replay_engine(
     knobs: dict[str, object] | None = None,
     tick: Tick | None = None,
     reject_oversized: bool = False,
+    publish: bool = True,
 ) -> PolicyResult:
-    """Discrete-event replay of one serving instance (see the module docstring)."""
+    """Discrete-event replay of one serving instance (see the module docstring).
+    ``publish``: a request's prompt and prefill states join the cache when its prefill ends
+    (``HybridPrefixCache.publish``), as in vLLM and SGLang; else only when it finishes."""
     rec = Recorder()
     start = time.perf_counter()
     source = iter(requests)
@@ -283,6 +286,8 @@ def replay_engine(
         for flight in prefilling:
             if flight.position >= flight.lease.prompt_len and not flight.done_prefill:
                 flight.done_prefill = True
+                if publish:
+                    cache.publish(flight.lease)
                 flight.generated = 1 if flight.request.output_len else 0
                 rec.ttft_s.append(now - flight.request.arrival_s)
                 if flight.request.output_len:
