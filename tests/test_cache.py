@@ -841,3 +841,45 @@ def test_session_aware_protects_live_sessions(
     for i in range(8, 12):
         run(cache, seq(1000 * i, 64))
     assert cache.lookup(seq(0, 64)) == (0, 0)
+
+
+def test_publish_shares_a_running_requests_prompt_and_states() -> None:
+    """After ``publish`` a request arriving while the first still decodes reuses its prompt
+    up to the state the first copied during prefill; the budget holds at every step."""
+    s = tiny_spec()
+    budget = s.kv_bytes_per_token * 2000 + s.state_bytes * 8
+    cache = direct_cache(s, budget, planner=every(64))
+    doc = seq(1000, 256)
+    first = cache.admit([*doc, *seq(5000, 20)], max_new_tokens=30)
+    assert isinstance(first, Lease)
+    cache.record_planned(first, up_to=first.prompt_len)
+    assert cache.lookup([*doc, 1])[1] == 0  # nothing shared before publishing
+    stored = cache.publish(first)
+    cache.check_integrity()
+    assert stored and max(stored) == 256 and cache.pool.used_bytes <= budget
+    second = cache.admit([*doc, *seq(7000, 40)], max_new_tokens=5)
+    assert isinstance(second, Lease) and second.hit == 256
+    cache.check_integrity()
+    cache.extend(first, seq(9000, 30))
+    cache.finish(first)
+    cache.check_integrity()
+    cache.finish(second)
+    cache.check_integrity()
+    assert cache.pool.used_bytes <= budget and not cache.leases
+
+
+def test_publish_without_room_keeps_the_request_whole() -> None:
+    """A request whose pages cannot move into the tree keeps them; nothing is published."""
+    s = tiny_spec()
+    cache = direct_cache(s, planner=every(64))
+    lease = cache.admit(seq(1000, 128), max_new_tokens=4)
+    assert isinstance(lease, Lease)
+    cache.record_planned(lease, up_to=lease.prompt_len)
+    before = dict(cache.pool.units)
+    cache._ensure = lambda demand: {"bytes": 1}  # type: ignore[method-assign]
+    assert cache.publish(lease) == []
+    assert dict(cache.pool.units) == before and cache.lookup(seq(1000, 128))[1] == 0
+    del cache._ensure
+    cache.extend(lease, seq(9000, 4))
+    cache.finish(lease)
+    cache.check_integrity()

@@ -37,3 +37,20 @@ def test_an_oversized_request_waits_for_the_batch_and_then_runs_alone() -> None:
     # it waited for the small request's 200 decode steps, then prefilled by itself
     assert ttft_huge > ttft_small + 199 * cost.decode_time([1000]) * 0.9
     assert ttft_huge >= alone
+
+
+def test_publishing_at_prefill_end_lets_requests_in_flight_share() -> None:
+    """docqa at a generous capacity: with publishing, questions on a document that arrive
+    while an earlier question decodes already reuse the document."""
+    from hycache.sim.workloads import generate
+
+    spec = load_spec("qwen3-next-80b-a3b")
+    cost = CostModel(spec, hardware("h200"))
+    rates = {}
+    for publish in (False, True):
+        cache = build_cache(spec, 20 * 10**9, "hycache", track_ids=False)
+        result = replay_engine(cache, generate("docqa", requests=60, seed=0), cost, publish=publish)
+        assert result.capacity_overrun_bytes == 0
+        cache.check_integrity()
+        rates[publish] = result.token_hit_rate
+    assert rates[True] > rates[False]

@@ -6,8 +6,10 @@ are inserted at once; logical time; TTFT = the prefill time of the non-reused to
 ``engine``: a discrete-event model of one serving instance. Requests arrive at their trace
 times and wait in FIFO order; a step admits what memory allows, decodes one token for every
 decoding request and fills the rest of the token budget with prefill chunks, each cut at the
-chunk ends the cache planned (a state is copied there before the next chunk runs). Requests in
-flight hold their locks and memory; a request that does not fit waits. A step lasts
+chunk ends the cache planned (a state is copied there before the next chunk runs). When a
+request's prefill ends its prompt and prefill states join the cache (``publish``). Requests in
+flight hold their locks and memory; a request that does not fit waits; one no cache of this
+size could hold runs alone and uncached once the batch has drained. A step lasts
 ``CostModel.step_time``; while only decodes run, steps are advanced in bulk up to the next
 event (an arrival, a finish or a planned checkpoint).
 """
