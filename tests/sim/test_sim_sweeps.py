@@ -57,6 +57,33 @@ def test_no_policy_ever_holds_more_than_its_capacity(source: str, mode: str) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not (TRACES / "mooncake_synthetic.jsonl").is_file(), reason="needs ../shared beside the repo"
+)
+@pytest.mark.parametrize("mode", ["serial", "engine"])
+def test_whole_synthetic_trace_never_overruns(mode: str) -> None:
+    """Every policy over the whole Mooncake synthetic trace (3,993 requests, 5% of its
+    footprint, 28.6 GB): the bytes held never exceed the budget, checked after every request
+    (serial) or engine step."""
+    spec = ModelSpec.named("qwen3-next-80b-a3b")
+    config = SimulationConfig(
+        spec,
+        CostModel(spec, hardware("h200")),
+        mode=mode,
+        knobs={"marconi": {"alpha": 0.0}},  # what its bootstrap picks at this capacity
+        reject_oversized=True,
+    )
+    capacity = 28_580_226_662
+    for policy in POLICIES:
+        result = run_policy(
+            config, policy, capacity, lambda: read_trace(TRACES / "mooncake_synthetic.jsonl")
+        )
+        assert result.requests == 3993
+        assert result.capacity_overrun_bytes == 0 and result.peak_bytes <= capacity, policy
+        assert result.evictions > 0
+
+
+@pytest.mark.slow
 def test_marconi_beats_vllm_on_multi_turn_chat_at_small_capacity() -> None:
     """Marconi (MLSys 2025) reports large hit-rate gains over vLLM on multi-turn chat when the
     cache is small; on marconi-7b, serial mode, 200 chat requests (footprint about 15 GB) in a
