@@ -13,12 +13,16 @@ Memory: every byte (cached entries and in-flight working sets) comes from one po
 exceeds its budget; when an allocation does not fit, the eviction policy frees unlocked entries
 first. A request that cannot fit even into an empty pool raises CapacityError; one that would
 fit once requests in flight finish gets a ``Wait``.
+
+The memory side (accounting, eviction, node splits) lives in ``hycache.cache_memory``, state
+storing in ``hycache.cache_states`` and inspection in ``hycache.cache_inspect``:
+``HybridPrefixCache`` inherits them as mixins.
 """
 
 from __future__ import annotations
 
-import hashlib
-
+from hycache.cache_inspect import CacheInspect
+from hycache.cache_states import CacheStates
 from hycache.components.base import Component
 from hycache.components.full import FullComponent, PagedKVComponent
 from hycache.components.recurrent import RecurrentComponent
@@ -33,8 +37,7 @@ from hycache.policy.base import (
     PlanInput,
 )
 from hycache.spec import ModelSpec
-from hycache.stats import CacheStats, Counters
-from hycache.tree.base import MatchResult
+from hycache.stats import Counters
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, encode_tokens
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
@@ -43,11 +46,7 @@ from hycache.tree.radix import RadixTree
 PRESSURE_MEMORY = 64
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-class HybridPrefixCache:
+class HybridPrefixCache(CacheStates, CacheInspect):
     """One model's prefix cache: a radix tree, a pool and a policy bundle."""
 
     def __init__(
@@ -121,100 +120,6 @@ class HybridPrefixCache:
                     )
                 )
         return components
-
-    # ------------------------------------------------------------------ memory
-    def is_live(self, node: Node) -> bool:
-        session = self._node_session.get(node)
-        return session is not None and session in self.live_sessions
-
-    def _locked_bytes(self) -> dict[str, int]:
-        seen: set[Node] = set()
-        held = dict.fromkeys(self.pool.budgets, 0)
-        for lease in self.leases.values():
-            node = lease.locked
-            while node is not None and node.parent is not None and node not in seen:
-                seen.add(node)
-                for c in self.tree.components:
-                    if self.eviction.pinned(node, c):
-                        held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
-                node = node.parent
-        return held
-
-    def _in_flight_bytes(self) -> dict[str, int]:
-        held = dict.fromkeys(self.pool.budgets, 0)
-        for lease in self.leases.values():
-            for kind, ids in lease.working.items():
-                held[self.pool.resource_of(kind)] += len(ids) * self.pool.unit_bytes(kind)
-            for _slot, _reason in lease.checkpoints.values():
-                held[self.pool.resource_of("recurrent")] += self.pool.unit_bytes("recurrent")
-        return held
-
-    def _reclaimable(self) -> dict[str, int]:
-        locked, flight = self._locked_bytes(), self._in_flight_bytes()
-        return {r: self.pool.used[r] - locked[r] - flight[r] for r in self.pool.budgets}
-
-    def _ensure(self, demand: dict[str, int]) -> dict[str, int]:
-        """Evict until ``demand`` (units per kind) fits. Returns the bytes still short per
-        resource (empty: it fits now). Evicts nothing if eviction could not make it fit."""
-        short = self.pool.shortfall(demand)
-        if not short:
-            return short
-        reclaimable = self._reclaimable()
-        if any(reclaimable[r] < missing for r, missing in short.items()):
-            return short
-        return self._evict_for(demand, short)
-
-    def _evict_for(self, demand: dict[str, int], short: dict[str, int]) -> dict[str, int]:
-        """The eviction rounds of ``_ensure``: evict until ``demand`` fits or nothing is left."""
-        while short:
-            # One round ranks the candidates once; an entry that only became evictable during
-            # the round (a parent whose last child went) waits for the next round.
-            progress = False
-            try:
-                while short:
-                    victim = self.eviction.next_victim(next(iter(short)))
-                    if victim is None:
-                        break
-                    self._evict(*victim)
-                    progress = True
-                    short = self.pool.shortfall(demand)
-            finally:
-                self.eviction.end_round()
-            if not progress:
-                break
-        return short
-
-    def _split_at(self, key: bytes, position: int, ns: str | None) -> Node:
-        """``tree.split_at`` that registers a node the split creates (see ``_register_split``)."""
-        version = self.tree.version
-        node = self.tree.split_at(key, position, ns)
-        if self.tree.version != version:
-            self._register_split(node)
-        return node
-
-    def _register_split(self, upper: Node) -> None:
-        """A split created ``upper``, holding KV pages the eviction policy has never seen:
-        register them, or they could never be evicted."""
-        for component in self.kv_components:
-            if component.has(upper):
-                self.eviction.on_insert(upper, component)
-
-    def _evict(self, node: Node, component: Component) -> None:
-        if isinstance(component, RecurrentComponent):
-            self.counters.evictions[component.name] += 1
-            self.counters.evicted_bytes += component.bytes_on(node)
-            self.tree.release(node, component)
-        else:
-            assert not node.children and not node.lock_ref
-            for c in self.tree.components:
-                if c.has(node):
-                    self.counters.evictions[c.name] += 1
-                    self.counters.evicted_bytes += c.bytes_on(node)
-            self.tree.remove_leaf(node)
-        if node.parent is None:
-            self._node_session.pop(node, None)
-        if not isinstance(component, RecurrentComponent) or node.parent is None:
-            self._state_reason.pop(node, None)
 
     # ------------------------------------------------------------------ lifecycle
     def admit(
@@ -316,13 +221,6 @@ class HybridPrefixCache:
         self._next_id += 1
         self.leases[lease.request_id] = lease
         return lease
-
-    def _working_set(self, tokens: int) -> dict[str, int]:
-        """Units per kind a running request needs for ``tokens`` new tokens."""
-        demand = {c.kind: _ceil_div(tokens, self.page_size) for c in self.kv_components}
-        if self.recurrent is not None:
-            demand["recurrent"] = self.running_slots
-        return demand
 
     def _count_match(self, n: int, hit: int, kv_hit: int, path: list[Node]) -> None:
         c = self.counters
@@ -499,69 +397,6 @@ class HybridPrefixCache:
                 self._node_session[on_path] = lease.session
         return stored
 
-    def _store_state(
-        self,
-        path: list[Node],
-        key: bytes,
-        ns: str | None,
-        position: int,
-        slot: int,
-        reason: str,
-        cached: int,
-    ) -> bool:
-        """Hand state ``slot`` (taken at ``position``) to the tree if admitted; ``path`` is the
-        insert path of ``key`` (kept current as nodes split)."""
-        assert self.recurrent is not None
-        if position > cached:
-            return False
-        if self.admission.uses_sightings:
-            digest = hashlib.blake2b(key[: position * TOKEN_BYTES], digest_size=16)
-            digest.update(repr(ns).encode())
-            sighting = digest.digest()
-        else:
-            sighting = b""
-        if not self.admission.admit(sighting, reason):
-            self.counters.states_rejected += 1
-            return False
-        version = self.tree.version
-        node = self.tree.boundary_on_path(path, position)
-        if self.tree.version != version:
-            self._register_split(node)
-        if not self.recurrent.adopt(node, slot):
-            self.counters.states_duplicate += 1
-            return False
-        self.counters.states_inserted += 1
-        self.counters.reason_inserted[reason] += 1
-        self._state_reason[node] = reason
-        self.eviction.on_insert(node, self.recurrent)
-        return True
-
-    def _cap_states(self, deepest: Node) -> set[int]:
-        """Keep at most ``max_states_per_path`` states on the path to ``deepest`` (the deepest
-        ones); shallower unlocked states go. Returns the positions whose state went."""
-        assert self.recurrent is not None and self.max_states_per_path is not None
-        holders = [n for n in deepest.path_from_root() if self.recurrent.has(n)]
-        capped: set[int] = set()
-        for node in holders[: max(0, len(holders) - self.max_states_per_path)]:
-            if not self.eviction.pinned(node, self.recurrent):
-                self.counters.states_capped += 1
-                capped.add(node.end)
-                self.tree.release(node, self.recurrent)
-        return capped
-
-    def _pages_needed(self, found: MatchResult, length: int) -> dict[str, int]:
-        """KV pages per kind an insert of ``length`` tokens would allocate, given the match
-        ``found`` of exactly those tokens."""
-        if not length:
-            return {}
-        need = {}
-        for component in self.kv_components:
-            revive = sum(
-                n.length for n in found.path if n.end <= found.matched and not component.has(n)
-            )
-            need[component.kind] = (length - found.matched + revive) // self.page_size
-        return need
-
     def abort(self, lease: Lease) -> None:
         """Release everything the request holds; insert nothing."""
         self._active(lease)
@@ -585,85 +420,3 @@ class HybridPrefixCache:
         self.live_sessions.discard(session)
         nodes = [n for n, s in self._node_session.items() if s == session and n.parent]
         self.eviction.on_liveness_change(nodes)
-
-    # ------------------------------------------------------------------ inspection
-    def state_reuse_rate(self, node: Node) -> float:
-        """Hits per stored state so far, ``(hits + 1) / (stored + 2)``, of the checkpoint
-        reason the state at ``node`` was taken for: how often states like it get reused."""
-        reason = self._state_reason.get(node, "unknown")
-        c = self.counters
-        return (c.reason_hits[reason] + 1) / (c.reason_inserted[reason] + 2)
-
-    def lookup(self, tokens: TokenInput, namespace: str | None = None) -> tuple[int, int]:
-        """Pure query: (reusable, attention-matched) length of ``tokens`` as cached now."""
-        result = self.tree.match(tokens, namespace)
-        return result.hit, result.kv_hit
-
-    def clear(self) -> None:
-        """Drop every cached entry. No request may be in flight."""
-        if self.leases:
-            raise CacheUsageError(f"clear() with {len(self.leases)} request(s) in flight")
-        self.tree.clear()
-        self._node_session.clear()
-        self._state_reason.clear()
-
-    def occupancy(self) -> tuple[int, int]:
-        """Bytes charged now for KV pages and for states (cached and in flight)."""
-        pool = self.pool
-        kv = sum(pool.units[k.kind] * pool.unit_bytes(k.kind) for k in self.kv_components)
-        state = pool.units["recurrent"] * pool.unit_bytes("recurrent") if self.recurrent else 0
-        return kv, state
-
-    def stats(self) -> CacheStats:
-        c, pool = self.counters, self.pool
-        kv, state = self.occupancy()
-        return CacheStats(
-            requests=c.requests,
-            waits=c.waits,
-            aborts=c.aborts,
-            prompt_tokens=c.prompt_tokens,
-            kv_matched_tokens=c.kv_matched_tokens,
-            reused_tokens=c.reused_tokens,
-            recompute_tokens=c.kv_matched_tokens - c.reused_tokens,
-            requests_hit=c.requests_hit,
-            component_hits=dict(c.component_hits),
-            component_misses=dict(c.component_misses),
-            evictions=dict(c.evictions),
-            evicted_bytes=c.evicted_bytes,
-            cow_copies=c.cow_copies,
-            checkpoints_recorded=c.checkpoints_recorded,
-            checkpoints_skipped=c.checkpoints_skipped,
-            offgrid_dropped=c.offgrid_dropped,
-            offgrid_misplaced=c.offgrid_misplaced,
-            states_inserted=c.states_inserted,
-            states_rejected=c.states_rejected,
-            states_duplicate=c.states_duplicate,
-            states_capped=c.states_capped,
-            kv_bytes=kv,
-            state_bytes=state,
-            used_bytes=pool.used_bytes,
-            peak_bytes=sum(pool.peak.values()),
-            budget_bytes=pool.budget_bytes,
-            padding_waste_bytes=pool.padding_waste_bytes(),
-        )
-
-    def check_integrity(self) -> None:
-        """Tree and pool invariants, plus: pool units == tree data + in-flight holdings, and
-        every locked node belongs to a request in flight."""
-        self.tree.check_integrity()
-        self.pool.check_integrity()
-        held = dict.fromkeys(self.pool.costs, 0)
-        for node in self.tree.iter_nodes():
-            for c in self.tree.components:
-                data = node.data[c.slot]
-                if data is not None:
-                    held[c.kind] += 1 if isinstance(c, RecurrentComponent) else len(data)
-        for lease in self.leases.values():
-            for kind, ids in lease.working.items():
-                held[kind] += len(ids)
-            held["recurrent"] = held.get("recurrent", 0) + len(lease.checkpoints)
-        for kind, units in self.pool.units.items():
-            assert held.get(kind, 0) == units, f"{kind}: pool has {units}, holders {held}"
-        locks = sum(1 for lease in self.leases.values() if lease.locked is not None)
-        roots = [self.tree.root(ns) for ns in self.tree.namespaces()]
-        assert sum(sum(c.lock_ref for c in r.children.values()) for r in roots) == locks
