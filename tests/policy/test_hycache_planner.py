@@ -55,3 +55,12 @@ def test_prompt_end_sits_on_the_learned_divergence_grid() -> None:
     ends = [p.position for p in plan.checkpoints if p.reason == "prompt_end"]
     assert ends == [] or ends == [4608]
     assert 5000 not in [p.position for p in plan.checkpoints]
+
+
+def test_a_splitting_checkpoint_needs_its_reason_to_pay_without_retries() -> None:
+    planner = HycachePlanner()
+    record = {"tail": (40, 1), "prompt_end": (40, 1)}  # reused once in 40: below one in 10
+    for _ in range(40):
+        plan = planner.plan(PlanInput(3000, 0, 0, 1, None, 10, record))
+        assert all(p.reason != "tail" for p in plan.checkpoints)  # never split for it
+        assert plan.chunk_ends == (3000,)

@@ -172,6 +172,7 @@ class HycachePlanner(CheckpointPolicy):
         self.adaptive = adaptive
         self.warmup = 8  # states of a reason stored before its reuse rate is trusted
         self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
+        self.split_ratio = 10  # the same, without re-tries, for one that splits the prefill
         self.pressure_ratio = pressure_ratio  # the same under memory pressure (0: ignore it)
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
@@ -212,6 +213,14 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 
+    def _splits_pay(self, reason: str, request: PlanInput) -> bool:
+        """A checkpoint that splits the prefill (one more forward pass for this request)
+        needs its reason reused once per ``split_ratio`` stored states after ``warmup``."""
+        if not self.adaptive:
+            return True
+        stored, reused = request.reason_record.get(reason, (0, 0))
+        return stored < self.warmup or reused * self.split_ratio >= stored
+
     def _pays(self, reason: str, request: PlanInput) -> bool:
         """Whether states of ``reason`` are worth taking. Under memory pressure a prefill copy
         holds a slot other requests wait for: only reasons reused at least once per
@@ -244,7 +253,11 @@ class HycachePlanner(CheckpointPolicy):
         branch = _floor(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
-        kept = {p: r for p, r in wanted.items() if self._pays(r, request)}
+        kept = {
+            p: r
+            for p, r in wanted.items()
+            if self._pays(r, request) and (p == n or self._splits_pay(r, request))
+        }
         if len(kept) > self.max_prefill_checkpoints:
             # every prefill checkpoint ends a chunk (one more forward pass): keep the best
             ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
