@@ -57,10 +57,14 @@ def test_prompt_end_sits_on_the_learned_divergence_grid() -> None:
     assert 5000 not in [p.position for p in plan.checkpoints]
 
 
-def test_a_splitting_checkpoint_needs_its_reason_to_pay_without_retries() -> None:
+def test_a_splitting_checkpoint_that_does_not_pay_is_only_retried_rarely() -> None:
+    """A kind reused once in 40 stored states (below one in 10) splits a prefill only on the
+    planner's rare re-tries (every 32nd plan), not on the every-16th re-try of free ones."""
     planner = HycachePlanner()
-    record = {"tail": (40, 1), "prompt_end": (40, 1)}  # reused once in 40: below one in 10
-    for _ in range(40):
+    record = {"tail": (40, 1), "prompt_end": (40, 1)}
+    splits = 0
+    for _ in range(64):
         plan = planner.plan(PlanInput(3000, 0, 0, 1, None, 10, record))
-        assert all(p.reason != "tail" for p in plan.checkpoints)  # never split for it
-        assert plan.chunk_ends == (3000,)
+        splits += any(p.reason == "tail" for p in plan.checkpoints)
+        assert len(plan.chunk_ends) <= 2
+    assert splits == 64 // planner.split_retry_every

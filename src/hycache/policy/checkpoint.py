@@ -172,7 +172,8 @@ class HycachePlanner(CheckpointPolicy):
         self.adaptive = adaptive
         self.warmup = 8  # states of a reason stored before its reuse rate is trusted
         self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
-        self.split_ratio = 10  # the same, without re-tries, for one that splits the prefill
+        self.split_ratio = 10  # the same for one that splits the prefill, with rarer re-tries
+        self.split_retry_every = 32
         self.pressure_ratio = pressure_ratio  # the same under memory pressure (0: ignore it)
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
@@ -219,7 +220,11 @@ class HycachePlanner(CheckpointPolicy):
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
-        return stored < self.warmup or reused * self.split_ratio >= stored
+        return (
+            stored < self.warmup
+            or reused * self.split_ratio >= stored
+            or self._plans % self.split_retry_every == 0
+        )
 
     def _pays(self, reason: str, request: PlanInput) -> bool:
         """Whether states of ``reason`` are worth taking. Under memory pressure a prefill copy
