@@ -10,7 +10,9 @@ Modules:
   layer caches, the spec the pool accounts with;
 * ``store``: the tensors behind the pool's page and slot ids, with owner tags;
 * ``engine``: admit -> restore (gather KV pages, clone the cached state) -> chunked prefill
-  with checkpoints copied before the next chunk -> greedy decode -> finish -> scatter;
+  with checkpoints copied before the next chunk -> greedy decode -> finish -> scatter; its
+  parts: ``request`` (request and result types), ``transfer`` (KV gather/scatter and state
+  copies against the store), ``checkpoints`` (and the injected faults), ``accounting``;
 * ``workloads``: short chat / branching / docqa streams (and scaled simulator workloads);
 * ``verify``: cached vs cold runs (``hycache verify``); ``cli_engine``: the subcommands.
 

@@ -33,6 +33,11 @@ Fault injection (``inject``), to prove the verifier catches what it must:
 * ``stale-tail``: the engine extends the lease by the last generated token too, whose KV it
   never computed, and caches that last page as if full: its unwritten tail keeps whatever the
   page id's previous owner left there, and later hits read it.
+
+The parts live in their own modules: the request and result types in ``request``, the KV
+gather/scatter and state copies against the store in ``transfer``, checkpoints and the faults
+injected into them in ``checkpoints``, the memory checks in ``accounting``; this module holds
+``Engine``'s scheduler and per-request run loop (and re-exports the request types).
 """
 
 from __future__ import annotations
@@ -40,13 +45,17 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hycache.cache import HybridPrefixCache
 from hycache.components.full import PagedKVComponent
+from hycache.engine.accounting import AccountingMixin
+from hycache.engine.checkpoints import CheckpointMixin, _Deferred
 from hycache.engine.model import LoadedModel
+from hycache.engine.request import EngineRequest, ListSource, RequestResult, RequestSource
 from hycache.engine.store import PrefixTags, TensorStore
+from hycache.engine.transfer import StoreTransferMixin
 from hycache.errors import CapacityError, ConfigError
 from hycache.lease import Lease, Wait
 from hycache.tree.keys import encode_tokens
@@ -54,78 +63,16 @@ from hycache.tree.keys import encode_tokens
 if TYPE_CHECKING:
     import torch
 
+__all__ = [
+    "INJECTS",
+    "Engine",
+    "EngineRequest",
+    "ListSource",
+    "RequestResult",
+    "RequestSource",
+]
+
 INJECTS = ("late-snapshot", "off-grid", "stale-tail")
-
-
-@dataclass(frozen=True)
-class EngineRequest:
-    """A prompt to run: ``max_new_tokens`` greedy tokens are generated (at least 1)."""
-
-    prompt: tuple[int, ...]
-    max_new_tokens: int = 1
-    namespace: str | None = None
-    session: str | None = None
-    rid: str = ""
-
-
-@dataclass
-class RequestResult:
-    """What a request did. ``logits[0]``: the last prompt token's logits; ``logits[i]``: the
-    logits after feeding ``output[i - 1]``. ``status``: "done" or "failed" (``error`` says
-    why; nothing of it was cached)."""
-
-    request: EngineRequest
-    status: str
-    hit: int = 0
-    kv_hit: int = 0
-    output: list[int] = field(default_factory=list)
-    logits: list[torch.Tensor] = field(default_factory=list)
-    error: str | None = None
-    checkpoints: list[int] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
-    prefill_s: float = 0.0
-    waits: int = 0
-
-
-@runtime_checkable
-class RequestSource(Protocol):
-    """Where the scheduler pulls requests from (sessions make some wait for others)."""
-
-    def next_ready(self) -> EngineRequest | None:
-        """The next request that may start now (None: none right now)."""
-
-    def done(self, result: RequestResult) -> None:
-        """A request pulled from here finished (or failed)."""
-
-    @property
-    def exhausted(self) -> bool:
-        """No request is left to hand out."""
-
-
-class ListSource:
-    """All requests ready at once, in order."""
-
-    def __init__(self, requests: Iterable[EngineRequest]) -> None:
-        self._queue = deque(requests)
-
-    def next_ready(self) -> EngineRequest | None:
-        return self._queue.popleft() if self._queue else None
-
-    def done(self, result: RequestResult) -> None:
-        pass
-
-    @property
-    def exhausted(self) -> bool:
-        return not self._queue
-
-
-@dataclass
-class _Deferred:
-    """A checkpoint the injected bugs copy later than they should."""
-
-    position: int
-    reason: str
-    due: int  # copy once this many tokens have been consumed (-1: after the next forward)
 
 
 @dataclass
@@ -137,7 +84,7 @@ class _Flight:
     lease: Lease
 
 
-class Engine:
+class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
     """Runs requests on ``model`` with ``cache``; the tensors behind the cache's ids live in
     ``self.store``."""
 
@@ -176,49 +123,6 @@ class Engine:
         self.unfilled_pages = 0
         self.requests_done = 0
         self.cache_clears = 0
-
-    # ------------------------------------------------------------------ setup checks
-    def _check_accounting(self) -> None:
-        """The cache's unit kinds are the model's, and every unit's tensors are exactly the
-        bytes the pool charges it for (or fewer: vLLM's padding)."""
-        pool = self.cache.pool
-        kinds = set(self.store.pages) | ({"recurrent"} if self.store.slots else set())
-        if kinds != set(pool.costs):
-            raise ConfigError(
-                f"cache unit kinds {sorted(pool.costs)} do not match the model's {sorted(kinds)}"
-            )
-        for kind, pages in self.store.pages.items():
-            data = pool.costs[kind].data
-            if pages.bytes_per_page != data:
-                raise ConfigError(
-                    f"{kind} page: the model's tensors are {pages.bytes_per_page} B, the pool "
-                    f"accounts {data} B"
-                )
-        if self.store.slots is not None:
-            data = pool.costs["recurrent"].data
-            if self.store.slots.bytes_per_slot != data:
-                raise ConfigError(
-                    f"state slot: the model's tensors are {self.store.slots.bytes_per_slot} B, "
-                    f"the pool accounts {data} B"
-                )
-
-    def live_tensor_bytes(self) -> int:
-        """Bytes of tensor data behind the ids the pool has handed out right now."""
-        pool = self.cache.pool
-        total = sum(pool.units[k] * p.bytes_per_page for k, p in self.store.pages.items())
-        if self.store.slots is not None:
-            total += pool.units["recurrent"] * self.store.slots.bytes_per_slot
-        return total
-
-    def check_memory(self) -> None:
-        """Assert the pool's invariants and that nothing exceeds the budget."""
-        pool = self.cache.pool
-        pool.check_integrity()
-        for resource, used in pool.used.items():
-            assert used <= pool.budgets[resource], f"{resource}: {used} > {pool.budgets[resource]}"
-        assert self.live_tensor_bytes() <= pool.used_bytes <= pool.budget_bytes
-        if self.check_tree:
-            self.cache.check_integrity()
 
     # ------------------------------------------------------------------ scheduling
     def run(self, requests: Iterable[EngineRequest] | RequestSource) -> list[RequestResult]:
@@ -378,223 +282,6 @@ class Engine:
             self._write_state(dc, running[-1], tags.tag(lease.length))
         self.cache.finish(lease)
         self._scatter(full_key, ns, dc, kv_start, pos)
-
-    def _cache_misplaces(self) -> bool:
-        return self.cache.offgrid == "misplace"
-
-    # ------------------------------------------------------------------ restore
-    def _restore(
-        self, lease: Lease, dc: Any, tags: PrefixTags, violations: list[str]
-    ) -> dict[str, int]:
-        """Load the reused prefix into ``dc``; per KV kind the first position loaded."""
-        hit = lease.hit
-        kv_start = dict.fromkeys(self.store.pages, 0)
-        if hit == 0:
-            return kv_start
-        page = self.page_size
-        nodes = self.cache.tree.nodes_on(lease.key, lease.namespace, length=hit)
-        assert nodes and nodes[-1].end == hit, f"no node boundary at the hit {hit}"
-        for kind, pages in self.store.pages.items():
-            component = self.kv_components[kind]
-            lo = 0
-            if kind == "swa":
-                assert self.window is not None
-                lo = max(0, hit - self.window + 1)
-                lo -= lo % page
-            ids: list[int] = []
-            starts: list[int] = []
-            for node in nodes:
-                if node.end <= lo:
-                    continue
-                data: Sequence[int] | None = node.data[component.slot]
-                assert data is not None, f"{kind} KV missing on {node} below the hit {hit}"
-                for j, page_id in enumerate(data):
-                    start = node.start + j * page
-                    if start + page > lo:
-                        ids.append(page_id)
-                        starts.append(start)
-            pages.ensure(max(ids))
-            for page_id, start in zip(ids, starts, strict=True):
-                if self.check_owners and pages.owner[page_id] != tags.tag(start + page):
-                    violations.append(
-                        f"{kind} page {page_id} read for positions [{start}, {start + page})"
-                        " holds another prefix's KV"
-                    )
-            keys, values = pages.read(ids)
-            for i, layer in enumerate(pages.layers):
-                cache_layer = dc.layers[layer.index]
-                cache_layer.update(
-                    keys[i].transpose(0, 1).unsqueeze(0), values[i].transpose(0, 1).unsqueeze(0)
-                )
-                if kind == "swa":
-                    cache_layer.cumulative_length = hit
-            kv_start[kind] = lo
-        slots = self.store.slots
-        if slots is not None:
-            source = lease.source_state
-            assert source is not None, f"hit {hit} without a state to resume from"
-            slots.ensure(source)
-            if self.check_owners and slots.owner[source] != tags.tag(hit):
-                violations.append(
-                    f"state slot {source} restored at position {hit} was not taken there"
-                )
-            conv, rec = slots.read(source)
-            self._load_state(dc, conv, rec)
-        return kv_start
-
-    def _load_state(
-        self, dc: Any, conv: list[torch.Tensor | None], rec: list[torch.Tensor | None]
-    ) -> None:
-        import torch
-
-        for i, s in enumerate(self.model.layout.states):
-            layer = dc.layers[s.layer]
-            window = conv[i]
-            if window is not None:
-                full = torch.zeros((*window.shape[:-1], s.kernel), dtype=window.dtype)
-                full[..., 1:] = window  # the oldest column is never read again
-                layer.update_conv_state(full.unsqueeze(0), s.state_idx, conv_kernel_size=s.kernel)
-            state = rec[i]
-            if state is not None:
-                layer.update_recurrent_state(state.unsqueeze(0), s.state_idx)
-
-    # ------------------------------------------------------------------ checkpoints
-    def _read_state(self, dc: Any) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-        conv: list[torch.Tensor | None] = []
-        rec: list[torch.Tensor | None] = []
-        for s in self.model.layout.states:
-            layer = dc.layers[s.layer]
-            window = layer.conv_states[s.state_idx] if s.conv_shape is not None else None
-            conv.append(None if window is None else window[0, ..., 1:])
-            state = layer.recurrent_states[s.state_idx] if s.rec_shape is not None else None
-            rec.append(None if state is None else state[0])
-        return conv, rec
-
-    def _write_state(self, dc: Any, slot: int, tag: bytes) -> None:
-        assert self.store.slots is not None
-        conv, rec = self._read_state(dc)
-        self.store.slots.write(slot, conv, rec, tag)
-
-    def _checkpoint(
-        self,
-        lease: Lease,
-        dc: Any,
-        tags: PrefixTags,
-        position: int,
-        reason: str,
-        deferred: list[_Deferred],
-        result: RequestResult,
-    ) -> None:
-        """The state is at ``position`` now: copy it before anything extends it."""
-        if self.store.slots is None:
-            return
-        if self.inject == "late-snapshot":
-            deferred.append(_Deferred(position, reason, -1))
-            return
-        if self.inject == "off-grid" and not self._cache_misplaces():
-            deferred.append(_Deferred(position, reason, position + max(1, self.page_size // 2)))
-            return
-        self._record(lease, dc, tags, position, reason, result)
-
-    def _record(
-        self,
-        lease: Lease,
-        dc: Any,
-        tags: PrefixTags,
-        position: int,
-        reason: str,
-        result: RequestResult,
-    ) -> None:
-        """Copy the current state into a slot for ``position`` (which is where the engine
-        believes it is; the injected faults call this when the state has moved on)."""
-        slot = self.cache.record_checkpoint(lease, position, reason)
-        if slot is not None:
-            self._write_state(dc, slot, tags.tag(position))
-            result.checkpoints.append(position)
-
-    def _flush(
-        self,
-        lease: Lease,
-        dc: Any,
-        tags: PrefixTags,
-        deferred: list[_Deferred],
-        pos: int,
-        result: RequestResult,
-        *,
-        after_forward: bool,
-        force: bool = False,
-    ) -> None:
-        """Copy the deferred (faulty) checkpoints that are due."""
-        for d in list(deferred):
-            due = force or (d.due == -1 and after_forward) or (d.due != -1 and pos >= d.due)
-            if due:
-                deferred.remove(d)
-                self._record(lease, dc, tags, d.position, d.reason, result)
-
-    # ------------------------------------------------------------------ scatter
-    def _scatter(
-        self, full_key: bytes, ns: str | None, dc: Any, kv_start: dict[str, int], kv_len: int
-    ) -> None:
-        """Write the request's KV into every page of its cached path whose owner tag is not
-        this prefix (new pages; reused ids still holding an earlier owner's data)."""
-        import torch
-
-        page = self.page_size
-        tags = PrefixTags(ns, full_key)
-        nodes = self.cache.tree.nodes_on(full_key, ns)
-        for kind, pages in self.store.pages.items():
-            component = self.kv_components[kind]
-            lo = kv_start[kind]
-            ids: list[int] = []
-            starts: list[int] = []
-            partial: list[tuple[int, int]] = []
-            for node in nodes:
-                data: Sequence[int] | None = node.data[component.slot]
-                if data is None:
-                    continue
-                for j, page_id in enumerate(data):
-                    start = node.start + j * page
-                    tag = tags.tag(start + page)
-                    pages.ensure(page_id)
-                    if pages.owner[page_id] == tag:
-                        continue
-                    if start < lo:
-                        # revived SWA KV this request never had: leave it unclaimed, a read
-                        # of it is then reported as a violation
-                        pages.owner[page_id] = None
-                        self.unfilled_pages += 1
-                    elif start + page > kv_len:
-                        partial.append((page_id, start))  # only with the stale-tail fault
-                    else:
-                        ids.append(page_id)
-                        starts.append(start)
-            if not ids and not partial:
-                continue
-            sources_k = []
-            sources_v = []
-            for layer in pages.layers:
-                cache_layer = dc.layers[layer.index]
-                sources_k.append(cache_layer.keys[0].transpose(0, 1))  # [T, *k_shape]
-                sources_v.append(cache_layer.values[0].transpose(0, 1))
-                assert sources_k[-1].shape[0] == kv_len - lo, (kind, sources_k[-1].shape, kv_len)
-            if ids:
-                offsets = torch.tensor(starts, dtype=torch.long)[:, None] - lo
-                index = (offsets + torch.arange(page)[None]).flatten()
-                pages.write(
-                    ids,
-                    [s[index] for s in sources_k],
-                    [s[index] for s in sources_v],
-                    [tags.tag(s + page) for s in starts],
-                )
-            for page_id, start in partial:
-                valid = kv_len - start
-                pages.write_partial(
-                    page_id,
-                    valid,
-                    [s[start - lo : kv_len - lo] for s in sources_k],
-                    [s[start - lo : kv_len - lo] for s in sources_v],
-                    tags.tag(start + page),
-                )
 
     # ------------------------------------------------------------------ reference
     def run_cold(self, prompt: Sequence[int], max_new_tokens: int) -> RequestResult:

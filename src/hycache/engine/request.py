@@ -1,0 +1,79 @@
+"""The engine's requests and results, and where the scheduler pulls requests from.
+
+``EngineRequest`` is one prompt with its generation length; ``RequestResult`` is what running it
+did (tokens, logits, hits, checkpoints, owner-tag violations). A ``RequestSource`` hands out
+requests as they become ready (``ListSource``: all at once, in order) and is told when each
+finishes. Plain data: nothing here touches the cache, the model or torch at runtime.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """A prompt to run: ``max_new_tokens`` greedy tokens are generated (at least 1)."""
+
+    prompt: tuple[int, ...]
+    max_new_tokens: int = 1
+    namespace: str | None = None
+    session: str | None = None
+    rid: str = ""
+
+
+@dataclass
+class RequestResult:
+    """What a request did. ``logits[0]``: the last prompt token's logits; ``logits[i]``: the
+    logits after feeding ``output[i - 1]``. ``status``: "done" or "failed" (``error`` says
+    why; nothing of it was cached)."""
+
+    request: EngineRequest
+    status: str
+    hit: int = 0
+    kv_hit: int = 0
+    output: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)
+    error: str | None = None
+    checkpoints: list[int] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    prefill_s: float = 0.0
+    waits: int = 0
+
+
+@runtime_checkable
+class RequestSource(Protocol):
+    """Where the scheduler pulls requests from (sessions make some wait for others)."""
+
+    def next_ready(self) -> EngineRequest | None:
+        """The next request that may start now (None: none right now)."""
+
+    def done(self, result: RequestResult) -> None:
+        """A request pulled from here finished (or failed)."""
+
+    @property
+    def exhausted(self) -> bool:
+        """No request is left to hand out."""
+
+
+class ListSource:
+    """All requests ready at once, in order."""
+
+    def __init__(self, requests: Iterable[EngineRequest]) -> None:
+        self._queue = deque(requests)
+
+    def next_ready(self) -> EngineRequest | None:
+        return self._queue.popleft() if self._queue else None
+
+    def done(self, result: RequestResult) -> None:
+        pass
+
+    @property
+    def exhausted(self) -> bool:
+        return not self._queue

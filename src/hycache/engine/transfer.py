@@ -1,0 +1,201 @@
+"""Moving tensors between the model's cache object and the ``TensorStore`` (a mixin of
+``Engine``).
+
+* restore: gather the KV pages of the path nodes up to the hit (SWA: only the window before
+  it) into a fresh ``DynamicCache`` and load the cached state into it (a copy: the store's slot
+  is never written by a reader), reporting owner-tag mismatches as violations;
+* state copies: read the running conv/recurrent state out of the model's cache and write it
+  into a store slot with its owner tag;
+* scatter: after ``finish``, write the request's KV into every page of its cached path whose
+  owner tag is not this prefix.
+
+Needs ``model``, ``cache``, ``store``, ``kv_components``, ``page_size``, ``window``,
+``check_owners`` and ``unfilled_pages`` set by ``Engine.__init__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from hycache.engine.store import PrefixTags
+
+if TYPE_CHECKING:
+    import torch
+
+    from hycache.cache import HybridPrefixCache
+    from hycache.components.full import PagedKVComponent
+    from hycache.engine.model import LoadedModel
+    from hycache.engine.store import TensorStore
+    from hycache.lease import Lease
+
+
+class StoreTransferMixin:
+    """KV gather/scatter and state copies between ``dc`` (the model's cache) and the store."""
+
+    model: LoadedModel
+    cache: HybridPrefixCache
+    store: TensorStore
+    kv_components: dict[str, PagedKVComponent]
+    page_size: int
+    window: int | None
+    check_owners: bool
+    unfilled_pages: int
+
+    # ------------------------------------------------------------------ restore
+    def _restore(
+        self, lease: Lease, dc: Any, tags: PrefixTags, violations: list[str]
+    ) -> dict[str, int]:
+        """Load the reused prefix into ``dc``; per KV kind the first position loaded."""
+        hit = lease.hit
+        kv_start = dict.fromkeys(self.store.pages, 0)
+        if hit == 0:
+            return kv_start
+        page = self.page_size
+        nodes = self.cache.tree.nodes_on(lease.key, lease.namespace, length=hit)
+        assert nodes and nodes[-1].end == hit, f"no node boundary at the hit {hit}"
+        for kind, pages in self.store.pages.items():
+            component = self.kv_components[kind]
+            lo = 0
+            if kind == "swa":
+                assert self.window is not None
+                lo = max(0, hit - self.window + 1)
+                lo -= lo % page
+            ids: list[int] = []
+            starts: list[int] = []
+            for node in nodes:
+                if node.end <= lo:
+                    continue
+                data: Sequence[int] | None = node.data[component.slot]
+                assert data is not None, f"{kind} KV missing on {node} below the hit {hit}"
+                for j, page_id in enumerate(data):
+                    start = node.start + j * page
+                    if start + page > lo:
+                        ids.append(page_id)
+                        starts.append(start)
+            pages.ensure(max(ids))
+            for page_id, start in zip(ids, starts, strict=True):
+                if self.check_owners and pages.owner[page_id] != tags.tag(start + page):
+                    violations.append(
+                        f"{kind} page {page_id} read for positions [{start}, {start + page})"
+                        " holds another prefix's KV"
+                    )
+            keys, values = pages.read(ids)
+            for i, layer in enumerate(pages.layers):
+                cache_layer = dc.layers[layer.index]
+                cache_layer.update(
+                    keys[i].transpose(0, 1).unsqueeze(0), values[i].transpose(0, 1).unsqueeze(0)
+                )
+                if kind == "swa":
+                    cache_layer.cumulative_length = hit
+            kv_start[kind] = lo
+        slots = self.store.slots
+        if slots is not None:
+            source = lease.source_state
+            assert source is not None, f"hit {hit} without a state to resume from"
+            slots.ensure(source)
+            if self.check_owners and slots.owner[source] != tags.tag(hit):
+                violations.append(
+                    f"state slot {source} restored at position {hit} was not taken there"
+                )
+            conv, rec = slots.read(source)
+            self._load_state(dc, conv, rec)
+        return kv_start
+
+    def _load_state(
+        self, dc: Any, conv: list[torch.Tensor | None], rec: list[torch.Tensor | None]
+    ) -> None:
+        import torch
+
+        for i, s in enumerate(self.model.layout.states):
+            layer = dc.layers[s.layer]
+            window = conv[i]
+            if window is not None:
+                full = torch.zeros((*window.shape[:-1], s.kernel), dtype=window.dtype)
+                full[..., 1:] = window  # the oldest column is never read again
+                layer.update_conv_state(full.unsqueeze(0), s.state_idx, conv_kernel_size=s.kernel)
+            state = rec[i]
+            if state is not None:
+                layer.update_recurrent_state(state.unsqueeze(0), s.state_idx)
+
+    # ------------------------------------------------------------------ state copies
+    def _read_state(self, dc: Any) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        conv: list[torch.Tensor | None] = []
+        rec: list[torch.Tensor | None] = []
+        for s in self.model.layout.states:
+            layer = dc.layers[s.layer]
+            window = layer.conv_states[s.state_idx] if s.conv_shape is not None else None
+            conv.append(None if window is None else window[0, ..., 1:])
+            state = layer.recurrent_states[s.state_idx] if s.rec_shape is not None else None
+            rec.append(None if state is None else state[0])
+        return conv, rec
+
+    def _write_state(self, dc: Any, slot: int, tag: bytes) -> None:
+        assert self.store.slots is not None
+        conv, rec = self._read_state(dc)
+        self.store.slots.write(slot, conv, rec, tag)
+
+    # ------------------------------------------------------------------ scatter
+    def _scatter(
+        self, full_key: bytes, ns: str | None, dc: Any, kv_start: dict[str, int], kv_len: int
+    ) -> None:
+        """Write the request's KV into every page of its cached path whose owner tag is not
+        this prefix (new pages; reused ids still holding an earlier owner's data)."""
+        import torch
+
+        page = self.page_size
+        tags = PrefixTags(ns, full_key)
+        nodes = self.cache.tree.nodes_on(full_key, ns)
+        for kind, pages in self.store.pages.items():
+            component = self.kv_components[kind]
+            lo = kv_start[kind]
+            ids: list[int] = []
+            starts: list[int] = []
+            partial: list[tuple[int, int]] = []
+            for node in nodes:
+                data: Sequence[int] | None = node.data[component.slot]
+                if data is None:
+                    continue
+                for j, page_id in enumerate(data):
+                    start = node.start + j * page
+                    tag = tags.tag(start + page)
+                    pages.ensure(page_id)
+                    if pages.owner[page_id] == tag:
+                        continue
+                    if start < lo:
+                        # revived SWA KV this request never had: leave it unclaimed, a read
+                        # of it is then reported as a violation
+                        pages.owner[page_id] = None
+                        self.unfilled_pages += 1
+                    elif start + page > kv_len:
+                        partial.append((page_id, start))  # only with the stale-tail fault
+                    else:
+                        ids.append(page_id)
+                        starts.append(start)
+            if not ids and not partial:
+                continue
+            sources_k = []
+            sources_v = []
+            for layer in pages.layers:
+                cache_layer = dc.layers[layer.index]
+                sources_k.append(cache_layer.keys[0].transpose(0, 1))  # [T, *k_shape]
+                sources_v.append(cache_layer.values[0].transpose(0, 1))
+                assert sources_k[-1].shape[0] == kv_len - lo, (kind, sources_k[-1].shape, kv_len)
+            if ids:
+                offsets = torch.tensor(starts, dtype=torch.long)[:, None] - lo
+                index = (offsets + torch.arange(page)[None]).flatten()
+                pages.write(
+                    ids,
+                    [s[index] for s in sources_k],
+                    [s[index] for s in sources_v],
+                    [tags.tag(s + page) for s in starts],
+                )
+            for page_id, start in partial:
+                valid = kv_len - start
+                pages.write_partial(
+                    page_id,
+                    valid,
+                    [s[start - lo : kv_len - lo] for s in sources_k],
+                    [s[start - lo : kv_len - lo] for s in sources_v],
+                    tags.tag(start + page),
+                )
