@@ -42,9 +42,6 @@ from hycache.tree.keys import TOKEN_BYTES, TokenInput, encode_tokens
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
 
-#: how many clock ticks (admits and finishes) a Wait keeps ``PlanInput.under_pressure`` set
-PRESSURE_MEMORY = 64
-
 
 class HybridPrefixCache(CacheStates, CacheInspect):
     """One model's prefix cache: a radix tree, a pool and a policy bundle."""
@@ -91,7 +88,6 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self._node_session: dict[Node, str] = {}
         self._state_reason: dict[Node, str] = {}  # why the state at a node was checkpointed
         self._next_id = 0
-        self._pressure_until = 0  # clock until which a recent Wait counts as memory pressure
         eviction.attach(self)
 
     @staticmethod
@@ -172,7 +168,6 @@ class HybridPrefixCache(CacheStates, CacheInspect):
             if locked is not None:
                 self.tree.unlock(locked)
             self.counters.waits += 1
-            self._pressure_until = self.clock + PRESSURE_MEMORY
             return Wait("memory is held by requests in flight", short)
         working = {kind: self.pool.alloc(kind, count) for kind, count in demand.items()}
         budget = self.default_token_budget if token_budget is None else token_budget
@@ -188,7 +183,6 @@ class HybridPrefixCache(CacheStates, CacheInspect):
                     r: (stored, self.counters.reason_hits[r])
                     for r, stored in self.counters.reason_inserted.items()
                 },
-                self.clock < self._pressure_until,
             )
         )
         source = None
@@ -202,8 +196,8 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self._count_match(n, hit, result.kv_hit, list(result.path))
         if session is not None:
             self.live_sessions.add(session)
-            for node in path:
-                self._node_session[node] = session
+            if locked is not None:
+                self._claim(locked, session)
         lease = Lease(
             self._next_id,
             key,
@@ -307,14 +301,9 @@ class HybridPrefixCache(CacheStates, CacheInspect):
             self.pool.free(component.kind, lease.working.pop(component.kind))
         key = key[: cached * TOKEN_BYTES]
         found = self.tree.match(key, ns)
-        inserted: list[int] = []
-        refused: list[int] = []
         if self._ensure(self._pages_needed(found, cached)):
             cached = 0  # cannot place the KV: store nothing
-        path = self.tree.insert(key, ns, after=found) if cached else []
-        for node in path:
-            for component in self.kv_components:
-                self.eviction.on_insert(node, component)
+        path = self._insert_path(key, ns, found) if cached else []
         candidates = dict(lease.checkpoints)
         running = list(lease.working.pop("recurrent", ()))
         if (
@@ -326,13 +315,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
             and total not in candidates  # a checkpoint already holds that state
         ):
             candidates[total] = (running.pop(), "final")
-        for position in sorted(candidates):
-            slot, reason = candidates[position]
-            if self._store_state(path, key, ns, position, slot, reason, cached):
-                inserted.append(position)
-            else:
-                refused.append(position)
-                self.pool.free("recurrent", [slot])
+        inserted, refused = self._store_states(path, key, ns, candidates, cached)
         if running:
             self.pool.free("recurrent", running)
         if self.max_states_per_path is not None and path:
@@ -341,8 +324,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         if path:
             if lease.session is not None:
                 # after the state splits: the nodes they created belong to the session too
-                for node in path[-1].path_from_root():
-                    self._node_session[node] = lease.session
+                self._claim(path[-1], lease.session)
             # Without a KV component nothing fills the path: the part past the last state
             # stored is an empty leaf that holds nothing and no policy could ever evict; prune.
             self.tree.prune(path[-1])
@@ -376,25 +358,16 @@ class HybridPrefixCache(CacheStates, CacheInspect):
             for kind, count in moved.items():  # cannot place them: take the pages back
                 lease.working[kind] = [*lease.working[kind], *self.pool.alloc(kind, count)]
             return []
-        path = self.tree.insert(key, ns, after=found)
-        for node in path:
-            for component in self.kv_components:
-                self.eviction.on_insert(node, component)
-        stored = []
-        for position in sorted(p for p in lease.checkpoints if p <= upto):
-            slot, reason = lease.checkpoints.pop(position)
-            if self._store_state(path, key, ns, position, slot, reason, upto):
-                stored.append(position)
-            else:
-                self.pool.free("recurrent", [slot])
+        path = self._insert_path(key, ns, found)
+        due = {p: lease.checkpoints.pop(p) for p in sorted(lease.checkpoints) if p <= upto}
+        stored, _refused = self._store_states(path, key, ns, due, upto)
         node = self._split_at(key, upto, ns)
         self.tree.lock(node)
         if lease.locked is not None:
             self.tree.unlock(lease.locked)
         lease.locked = node
         if lease.session is not None:
-            for on_path in node.path_from_root():
-                self._node_session[on_path] = lease.session
+            self._claim(node, lease.session)
         return stored
 
     def abort(self, lease: Lease) -> None:

@@ -163,3 +163,16 @@ class CacheMemory:
         kv = sum(pool.units[k.kind] * pool.unit_bytes(k.kind) for k in self.kv_components)
         state = pool.units["recurrent"] * pool.unit_bytes("recurrent") if self.recurrent else 0
         return kv, state
+
+    def _insert_path(self, key: bytes, ns: str | None, found: MatchResult) -> list[Node]:
+        """Insert ``key`` (room for its pages already made) and register its KV entries."""
+        path = self.tree.insert(key, ns, after=found)
+        for node in path:
+            for component in self.kv_components:
+                self.eviction.on_insert(node, component)
+        return path
+
+    def _claim(self, node: Node, session: str) -> None:
+        """The nodes from the root to ``node`` belong to ``session``."""
+        for on_path in node.path_from_root():
+            self._node_session[on_path] = session

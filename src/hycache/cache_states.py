@@ -5,8 +5,8 @@ no state already sits at that position; the per-path cap keeps the deepest state
 the reuse rate per checkpoint reason says how often states taken for that reason get reused.
 
 Contract: ``HybridPrefixCache.__init__`` (``hycache.cache``) sets every attribute declared
-here and in ``CacheMemory``; the mixin adds no state of its own. Callers free the slot of a
-state ``_store_state`` refuses.
+here and in ``CacheMemory``; the mixin adds no state of its own. ``_store_states`` frees the
+slots of the states it refuses; callers of ``_store_state`` free them themselves.
 """
 
 from __future__ import annotations
@@ -61,6 +61,27 @@ class CacheStates(CacheMemory):
         self._state_reason[node] = reason
         self.eviction.on_insert(node, self.recurrent)
         return True
+
+    def _store_states(
+        self,
+        path: list[Node],
+        key: bytes,
+        ns: str | None,
+        candidates: dict[int, tuple[int, str]],
+        cached: int,
+    ) -> tuple[list[int], list[int]]:
+        """Hand each candidate state (position -> (slot, reason)) to the tree; the slots of
+        refused ones are freed. Returns the positions (stored, refused)."""
+        stored: list[int] = []
+        refused: list[int] = []
+        for position in sorted(candidates):
+            slot, reason = candidates[position]
+            if self._store_state(path, key, ns, position, slot, reason, cached):
+                stored.append(position)
+            else:
+                refused.append(position)
+                self.pool.free("recurrent", [slot])
+        return stored, refused
 
     def _cap_states(self, deepest: Node) -> set[int]:
         """Keep at most ``max_states_per_path`` states on the path to ``deepest`` (the deepest

@@ -55,6 +55,17 @@ class RecurrentComponent(Component):
     def bytes_on(self, node: Node) -> int:
         return 0 if node.data[self.slot] is None else self.bytes_per_state
 
+    def holder_above(self, node: Node) -> Node | None:
+        """The nearest proper ancestor of ``node`` (below the root) holding a state: where a
+        request would resume if ``node``'s state were gone. Pure."""
+        slot = self.slot
+        parent = node.parent
+        while parent is not None and parent.parent is not None:
+            if parent.data[slot] is not None:
+                return parent
+            parent = parent.parent
+        return None
+
     def check_node(self, node: Node) -> None:
         state = node.data[self.slot]
         assert state is None or isinstance(state, int)

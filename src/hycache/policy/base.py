@@ -44,8 +44,6 @@ class PlanInput:
     #: per checkpoint reason, (states stored so far, of which reused): what adaptive planners
     #: learn from
     reason_record: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    #: a request had to wait for memory recently (requests in flight hold it all)
-    under_pressure: bool = False
 
 
 @dataclass(frozen=True)

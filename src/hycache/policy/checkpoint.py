@@ -164,7 +164,6 @@ class HycachePlanner(CheckpointPolicy):
         learn_grid: bool = True,
         adaptive: bool = True,
         max_prefill_checkpoints: int = 1,
-        pressure_ratio: int = 0,
     ) -> None:
         self.interval = interval
         self.max_prefill_checkpoints = max_prefill_checkpoints
@@ -172,9 +171,8 @@ class HycachePlanner(CheckpointPolicy):
         self.adaptive = adaptive
         self.warmup = 8  # states of a reason stored before its reuse rate is trusted
         self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
-        self.split_ratio = 10  # the same for one that splits the prefill, with rarer re-tries
-        self.split_retry_every = 32
-        self.pressure_ratio = pressure_ratio  # the same under memory pressure (0: ignore it)
+        self.retry_every = 16  # a reason that does not pay is still tried every N-th plan
+        self.split_retry_every = 32  # ... every N-th if its checkpoint splits the prefill
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -214,28 +212,18 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 
-    def _splits_pay(self, reason: str, request: PlanInput) -> bool:
-        """A checkpoint that splits the prefill (one more forward pass for this request)
-        needs its reason reused once per ``split_ratio`` stored states after ``warmup``."""
+    def _pays(self, reason: str, request: PlanInput, retry_every: int) -> bool:
+        """Whether states of ``reason`` are worth taking: fewer than ``warmup`` stored so far,
+        or one in ``reuse_ratio`` reused, or this is a re-try plan (every ``retry_every``-th).
+        """
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
         return (
             stored < self.warmup
-            or reused * self.split_ratio >= stored
-            or self._plans % self.split_retry_every == 0
+            or reused * self.reuse_ratio >= stored
+            or self._plans % retry_every == 0
         )
-
-    def _pays(self, reason: str, request: PlanInput) -> bool:
-        """Whether states of ``reason`` are worth taking. Under memory pressure a prefill copy
-        holds a slot other requests wait for: only reasons reused at least once per
-        ``pressure_ratio`` stored states are taken (the donated end state costs nothing)."""
-        if not self.adaptive:
-            return True
-        stored, reused = request.reason_record.get(reason, (0, 0))
-        if self.pressure_ratio and request.under_pressure and reason != "final":
-            return stored < self.warmup or reused * self.pressure_ratio >= stored
-        return stored < self.warmup or reused * self.reuse_ratio >= stored or self._plans % 16 == 0
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start, page = request.prompt_len, request.start, request.page_size
@@ -258,10 +246,11 @@ class HycachePlanner(CheckpointPolicy):
         branch = _floor(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
+        # a checkpoint anywhere but the prompt end splits the prefill: re-tried more rarely
         kept = {
             p: r
             for p, r in wanted.items()
-            if self._pays(r, request) and (p == n or self._splits_pay(r, request))
+            if self._pays(r, request, self.retry_every if p == n else self.split_retry_every)
         }
         if len(kept) > self.max_prefill_checkpoints:
             # every prefill checkpoint ends a chunk (one more forward pass): keep the best
@@ -271,7 +260,7 @@ class HycachePlanner(CheckpointPolicy):
         total = n + request.max_new_tokens
         final = _floor(total, page)
         donate = False
-        if request.max_new_tokens and final > n and self._pays("final", request):
+        if request.max_new_tokens and final > n and self._pays("final", request, self.retry_every):
             if final == total:
                 donate = True  # the running state at the end: no copy, no extra slot
             else:

@@ -226,13 +226,8 @@ class GDSFEviction(HeapEviction):
         cache = self.cache
         size = component.bytes_on(node)
         if isinstance(component, RecurrentComponent):
-            previous = 0
-            parent = node.parent
-            while parent is not None and parent.parent is not None:
-                if component.has(parent):
-                    previous = parent.end
-                    break
-                parent = parent.parent
+            above = component.holder_above(node)
+            previous = 0 if above is None else above.end
             cost = cache.spec.prefill_flops(previous, node.end - previous)
         else:
             cost = cache.spec.prefill_flops(node.start, node.length)

@@ -165,13 +165,6 @@ KNOBS: dict[str, dict[str, Knob]] = {
             "bootstrap window for tuning, in multiples of the requests that fill the cache once",
             "-",
         ),
-        "pressure_ratio": Knob(
-            0,
-            int,
-            "while requests wait for memory, take a prefill checkpoint only for reasons reused "
-            "once per this many stored states (0: ignore memory pressure)",
-            "-",
-        ),
     },
 }
 
@@ -333,9 +326,7 @@ def build_hycache(
         spec,
         shared_pool(spec, capacity, page, track_ids=track_ids),
         page_size=page,
-        checkpoint=HycachePlanner(
-            interval, adaptive=bool(k["adaptive"]), pressure_ratio=int(k["pressure_ratio"] or 0)
-        ),
+        checkpoint=HycachePlanner(interval, adaptive=bool(k["adaptive"])),
         admission=_admission(k["admission"]),
         eviction=_hycache_eviction(str(k["eviction"]), bool(k["session_aware"])),
         token_budget=_budget(k["token_budget"]),

@@ -7,16 +7,18 @@ request loses without it, not what it cost to compute:
   state above it on the path (the fallback a request would resume from instead);
 * a state is **superseded** when the chain below it (nodes with one child each) reaches a
   deeper state: the next request of a conversation resumes at that deeper state, so this one
-  only serves requests that diverge inside the chain; it keeps ``superseded_weight`` of its
-  value. Once it is gone, the deeper state's fallback moves up and its value grows: a
-  conversation's last state ends up holding the value of the whole conversation;
+  only serves requests that diverge inside the chain; it keeps a learned share of its value
+  (hits that resumed from superseded states over hits from others, at least
+  ``superseded_weight``). Once it is gone, the deeper state's fallback moves up and its value
+  grows: a conversation's last state ends up holding the value of the whole conversation;
 * **KV on a leaf** goes with the leaf's state (same key); KV on a leaf holding no state is a
   *dead tail* (nothing can resume inside it; it only shows where later prompts diverge) and
   keeps ``dead_weight`` of its value.
 
-Key = ``L + weight * saved_flops / bytes`` (times the hit count with ``use_frequency``), where
-``L`` is the aging clock as it stood at the entry's last access (insert or hit) and bytes
-include, for a state, the KV of ``(q, p]`` it keeps alive. When an eviction changes a
+Key = ``L + weight * (saved_flops / bytes) ** exponent``, where ``L`` is the aging clock as it
+stood at the entry's last access (insert or hit: GreedyDual's clock plus, with an
+``aging_horizon``, a share of a typical value per cache tick) and bytes include, for a state,
+the KV of ``(q, p]`` it keeps alive. When an eviction changes a
 neighbour's value (its fallback, its being superseded, its node becoming a dead leaf) that
 neighbour is re-keyed with its own last-access clock, so the change moves no entry forward in
 time.
@@ -49,7 +51,6 @@ class ValueEviction(HeapEviction):
         self,
         *,
         session_aware: bool = False,
-        use_frequency: bool = False,
         superseded_weight: float = 0.05,
         dead_weight: float = 0.1,
         by_reason: bool = True,
@@ -59,7 +60,6 @@ class ValueEviction(HeapEviction):
     ) -> None:
         super().__init__(session_aware=session_aware)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
-        self.use_frequency = use_frequency
         self.superseded_weight = superseded_weight
         self.dead_weight = dead_weight
         self.by_reason = by_reason
@@ -71,7 +71,6 @@ class ValueEviction(HeapEviction):
         self._typical = 0.0
         self._clock = 0.0
         self._born: dict[tuple[Node, int], float] = {}  # aging clock at the last access
-        self._freq: dict[tuple[Node, int], int] = {}
         self._dirty: list[Node] = []
 
     def attach(self, cache: HybridPrefixCache) -> None:
@@ -81,14 +80,8 @@ class ValueEviction(HeapEviction):
 
     # ------------------------------------------------------------------ values
     def _holder_above(self, node: Node) -> Node | None:
-        state = self._state
-        assert state is not None
-        parent = node.parent
-        while parent is not None and parent.parent is not None:
-            if state.has(parent):
-                return parent
-            parent = parent.parent
-        return None
+        assert self._state is not None
+        return self._state.holder_above(node)
 
     def _superseded(self, node: Node) -> bool:
         state = self._state
@@ -148,11 +141,9 @@ class ValueEviction(HeapEviction):
         return self._clock + self._typical * self.cache.clock / self.aging_horizon
 
     def key(self, node: Node, component: Component) -> Key:
-        ident = (node, component.slot)
-        frequency = self._freq.get(ident, 1) if self.use_frequency else 1
         value = self._value(node, component)
         self._typical += (value - self._typical) / 64  # a running mean of values
-        return (self._born.get(ident, self._clock) + frequency * value,)
+        return (self._born.get((node, component.slot), self._clock) + value,)
 
     # ------------------------------------------------------------------ hooks
     def on_insert(self, node: Node, component: Component) -> None:
@@ -166,10 +157,7 @@ class ValueEviction(HeapEviction):
             self._dirty.append(node.parent)  # one more continuation below that state
 
     def touch(self, node: Node, component: Component) -> None:
-        ident = (node, component.slot)
-        self._born[ident] = self._now()
-        if self.use_frequency:
-            self._freq[ident] = self._freq.get(ident, 1) + 1
+        self._born[(node, component.slot)] = self._now()
 
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         self._settle()
@@ -182,9 +170,7 @@ class ValueEviction(HeapEviction):
 
     def evicted(self, node: Node, component: Component, key: Key) -> None:
         self._clock = max(self._clock, key[-1])
-        ident = (node, component.slot)
-        self._born.pop(ident, None)
-        self._freq.pop(ident, None)
+        self._born.pop((node, component.slot), None)
         if isinstance(component, RecurrentComponent):
             self._mark_neighbours(node)
             self._dirty.append(node)  # its KV, if a leaf, is a dead tail now
@@ -218,7 +204,6 @@ class ValueEviction(HeapEviction):
 
     def forget(self, live: KeysView[tuple[Node, int]]) -> None:
         self._born = {i: t for i, t in self._born.items() if i in live}
-        self._freq = {i: n for i, n in self._freq.items() if i in live}
 
     # ------------------------------------------------------------------ re-keying
     def _mark_neighbours(self, node: Node) -> None:

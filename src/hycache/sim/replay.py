@@ -76,11 +76,11 @@ def _result(
     )
 
 
-def _reject(cache: HybridPrefixCache, rec: Recorder, request: Request, cost: CostModel) -> None:
-    """A request larger than the whole cache: served without caching (a miss), counted."""
+def _reject(cache: HybridPrefixCache, rec: Recorder, request: Request) -> None:
+    """A request larger than the whole cache: served without caching (a miss), counted. The
+    caller records its TTFT."""
     rec.rejected += 1
     rec.prefill_flops += cache.spec.prefill_flops(0, request.prompt_len)
-    rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
     cache.counters.requests += 1
     cache.counters.prompt_tokens += request.prompt_len
 
@@ -91,8 +91,7 @@ def _serve_alone(
     """Engine mode: a request larger than the whole cache runs uncached and alone (it needs
     every byte of the instance), prefill in token-budget chunks then its decode steps.
     Returns the time it finishes; its TTFT counts the wait for the batch to drain."""
-    _reject(cache, rec, request, cost)
-    rec.ttft_s.pop()  # _reject's serial-mode TTFT: replaced by the engine-mode one
+    _reject(cache, rec, request)
     budget = cache.default_token_budget or 8192
     done = 0
     while done < request.prompt_len:
@@ -136,7 +135,8 @@ def replay_serial(
         except CapacityError:
             if not reject_oversized:
                 raise
-            _reject(cache, rec, request, cost)
+            _reject(cache, rec, request)
+            rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
             continue
         assert not isinstance(lease, Wait), "serial replay holds nothing in flight"
         cache.record_planned(lease, up_to=request.prompt_len)

@@ -110,9 +110,9 @@ def run_policy(
 
         best, _scores = tune_alpha(score)
         extra["alpha"] = best
-    tuned = {"eviction", "adaptive"} & set(knobs)
-    if preset == "hycache" and resolve_knobs("hycache", knobs)["tune"] and not tuned:
-        multiplier = int(resolve_knobs("hycache", knobs)["bootstrap_multiplier"] or 5)
+    resolved = resolve_knobs(preset, knobs)
+    if preset == "hycache" and resolved["tune"] and not {"eviction", "adaptive"} & set(knobs):
+        multiplier = int(resolved["bootstrap_multiplier"] or 5)
         window = _bootstrap_window(source, config.spec, capacity, multiplier)
 
         def replay(choice: Mapping[str, object]) -> float:
