@@ -138,6 +138,25 @@ def test_other_named_specs_match_published_layouts() -> None:
     assert jamba.recurrent.conv_state_bytes == 8192 * 3 * 2
 
 
+def test_kernel_chunk_is_where_prefill_kernels_keep_intermediate_states() -> None:
+    """FLA's GDN / KDA kernels: 64 tokens; Mamba2's SSD scan: the config's chunk_size;
+    Mamba1's selective scan keeps none (states only at chunk ends)."""
+    chunks = {
+        name: (spec.recurrent.kernel_chunk if spec.recurrent else None)
+        for name in ("qwen3-next-80b-a3b", "kimi-linear-48b-a3b", "nemotron-3-nano-30b-a3b")
+        for spec in [ModelSpec.named(name)]
+    }
+    assert chunks == {
+        "qwen3-next-80b-a3b": 64,
+        "kimi-linear-48b-a3b": 64,
+        "nemotron-3-nano-30b-a3b": 128,
+    }
+    jamba = ModelSpec.named("jamba-1.5-mini").recurrent
+    assert jamba is not None and jamba.kernel_chunk is None
+    with pytest.raises(SpecError, match="kernel_chunk"):
+        _rec(kernel_chunk=0)
+
+
 def test_named_specs_cover_the_brief_and_are_cached() -> None:
     assert set(NAMED_SPECS) == set(NAMES)
     assert len(NAMED_SPECS) == len(NAMES)

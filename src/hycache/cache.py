@@ -5,7 +5,8 @@ Lifecycle of a request::
     lease = cache.admit(tokens, max_new_tokens=...)   # match, lock, reserve working memory
     for end in lease.plan.chunk_ends:                 # prefill chunk by chunk; at each planned
         cache.record_checkpoint(lease, position)      # checkpoint copy the state BEFORE the
-                                                      # next chunk overwrites it
+                                                      # next chunk overwrites it (in-kernel
+                                                      # points: out of the chunk's kernel)
     cache.extend(lease, decoded_tokens)               # decode (decode-interval checkpoints)
     cache.finish(lease)   or   cache.abort(lease)     # insert KV + admitted states, unlock
 
@@ -81,6 +82,8 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self.recurrent = next(
             (c for c in self.tree.components if isinstance(c, RecurrentComponent)), None
         )
+        group = spec.recurrent
+        self.kernel_chunk = group.kernel_chunk if group is not None else None
         self.clock = 0
         self.counters = Counters()
         self.leases: dict[int, Lease] = {}
@@ -183,6 +186,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
                     r: (stored, self.counters.reason_hits[r])
                     for r, stored in self.counters.reason_inserted.items()
                 },
+                self.kernel_chunk,
             )
         )
         source = None

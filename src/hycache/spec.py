@@ -213,6 +213,11 @@ class RecurrentGroup:
     is both (``state_bytes_per_layer``). ``state_dtype`` / ``conv_dtype`` are the dtypes they are
     stored in (the byte counts must be whole multiples of those dtypes' sizes).
     ``proj_params_per_layer`` counts the layer's input/output projections.
+    ``kernel_chunk``: tokens between the intermediate states the chunked prefill kernel
+    materialises (FLA's GDN and KDA kernels: 64; Mamba2's SSD scan: the config's
+    ``chunk_size``). A state at a multiple of it from a prefill chunk's start can be copied
+    out of that chunk's forward pass, as SGLang's ``extra_buffer`` does; None (Mamba1's
+    selective scan) means only the state at a chunk's end exists.
     """
 
     layers: int
@@ -222,6 +227,7 @@ class RecurrentGroup:
     state_dtype: str
     conv_dtype: str
     proj_params_per_layer: int
+    kernel_chunk: int | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -231,6 +237,7 @@ class RecurrentGroup:
             recurrent_state_bytes=self.recurrent_state_bytes,
             conv_state_bytes=self.conv_state_bytes,
             proj_params_per_layer=self.proj_params_per_layer,
+            kernel_chunk=self.kernel_chunk,
         )
         if self.mixer not in ("gdn", "mamba2", "kda", "mamba"):
             raise SpecError(f"{owner}: unknown mixer {self.mixer!r}", field="mixer")

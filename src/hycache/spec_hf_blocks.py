@@ -56,12 +56,14 @@ def _mamba2(cfg: _Cfg, dt: _Dtypes, layers: int, *, nemotron: bool) -> Recurrent
         kernel = cfg.get_int(("conv_kernel", "mamba_d_conv"))
         ngroups = cfg.get_int(("n_groups", "mamba_n_groups"))
         inner = nheads * head_dim
+        chunk = cfg.get_int(("chunk_size", "mamba_chunk_size"), 128)  # NemotronHConfig default
     else:  # bamba / falcon_h1
         nheads, d_state = cfg.get_int("mamba_n_heads"), cfg.get_int("mamba_d_state")
         kernel, ngroups = cfg.get_int("mamba_d_conv"), cfg.get_int("mamba_n_groups")
         inner = cfg.opt_int("mamba_d_ssm") or cfg.get_int("mamba_expand") * hidden
         key, raw = cfg.raw("mamba_d_head")
         head_dim = inner // nheads if raw in (None, "auto") else cfg.get_int(key)
+        chunk = cfg.get_int(("mamba_chunk_size", "chunk_size"), 256)
     conv_dim = inner + 2 * ngroups * d_state
     return RecurrentGroup(
         layers=layers,
@@ -71,6 +73,7 @@ def _mamba2(cfg: _Cfg, dt: _Dtypes, layers: int, *, nemotron: bool) -> Recurrent
         state_dtype=dt.state,
         conv_dtype=dt.conv,
         proj_params_per_layer=hidden * (inner + conv_dim + nheads) + inner * hidden,
+        kernel_chunk=chunk,
     )
 
 

@@ -11,6 +11,9 @@ from hycache.spec import FullAttentionGroup, LayerGroup, RecurrentGroup, dtype_b
 from hycache.spec_hf_blocks import _attention, _gated_mlp, _moe
 from hycache.spec_hf_config import _Cfg, _Dtypes, _Parsed
 
+#: the chunk of FLA's chunked GDN / KDA prefill kernels (its intermediate states lie 64 apart)
+FLA_CHUNK = 64
+
 
 def _qwen_gdn(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
     """qwen3_next / qwen3_5 / qwen3_5_moe: Gated DeltaNet + gated full attention.
@@ -45,6 +48,7 @@ def _qwen_gdn(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
                 conv_dtype=dt.conv,
                 # in_proj_qkv + in_proj_z + in_proj_b/a, out_proj
                 proj_params_per_layer=hidden * (conv_dim + value_dim + 2 * nv) + value_dim * hidden,
+                kernel_chunk=FLA_CHUNK,
             )
         )
     mlp = 0
@@ -154,6 +158,7 @@ def _kimi_groups(
                 + hidden * heads
                 + 2 * (hidden * head_dim + head_dim * qkv)
                 + qkv * hidden,
+                kernel_chunk=FLA_CHUNK,
             )
         )
     if cfg.has("mlp_layer_types"):

@@ -172,6 +172,7 @@ def marconi_7b() -> ModelSpec:
                 state_dtype="float16",
                 conv_dtype="float16",
                 proj_params_per_layer=d * (2 * inner + 2 * n + inner // 64) + inner * d,
+                kernel_chunk=256,  # Mamba2's SSD chunk
             ),
         ),
         hidden_size=d,

@@ -7,16 +7,10 @@ from hycache.sim.cost import CostModel, hardware
 from hycache.sim.replay import replay_engine
 from hycache.sim.request import Request
 from hycache.spec import load_spec
-from hycache.tree.keys import encode_tokens
 
 
 def request(rid: str, tokens: list[int], out: int, arrival: float) -> Request:
-    return Request(
-        request_id=rid,
-        prompt=encode_tokens(tokens),
-        output=encode_tokens([7] * out),
-        arrival_s=arrival,
-    )
+    return Request.of(rid, tokens, [7] * out, arrival)
 
 
 def test_an_oversized_request_waits_for_the_batch_and_then_runs_alone() -> None:

@@ -6,7 +6,11 @@ after consuming p tokens, taken before the next chunk overwrites it.
     prompt   [0 ........................................ n)   decode [n ...... n + out)
     reused   [0 ...... start)  (the hit; start <= n - 1: the last prompt token is recomputed)
     prefill              [start ... c1)[c1 ... c2) ... [ck ... n)     chunk ends c1 < c2 < ... < n
-    checkpoints                     ^c1         ^c2                    a subset of chunk ends
+    checkpoints                     ^c1    ^k   ^c2                    chunk ends, or in-kernel
+    in-kernel point k: c1 < k < c2 with (k - c1) % kernel_chunk == 0; the chunked prefill kernel
+    computes the state there anyway (its intermediate states), so it is copied out of the
+    forward pass of [c1, c2) without cutting it (SGLang's extra_buffer). Every other checkpoint
+    must be a chunk end: one more chunk, one more forward pass.
 """
 
 from __future__ import annotations
@@ -44,12 +48,16 @@ class PlanInput:
     #: per checkpoint reason, (states stored so far, of which reused): what adaptive planners
     #: learn from
     reason_record: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: the recurrent kernels' chunk (``RecurrentGroup.kernel_chunk``): a state that far apart
+    #: from a chunk's start can be copied without ending the chunk; None: only at chunk ends
+    kernel_chunk: int | None = None
 
 
 @dataclass(frozen=True)
 class PrefillPlan:
     """Chunk ends (increasing, the last is ``prompt_len``) and the checkpoints to take: prefill
-    checkpoints are chunk ends; decode checkpoints are positions past the prompt."""
+    checkpoints are chunk ends or in-kernel points (module docstring); decode checkpoints are
+    positions past the prompt."""
 
     chunk_ends: tuple[int, ...]
     checkpoints: tuple[Checkpoint, ...]

@@ -3,7 +3,9 @@ and hycache. Each planner is pure: given a request it returns its chunk ends and
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hycache.policy.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
@@ -33,6 +35,49 @@ def chunk_ends(
         ends.append(stop)
         pos = stop
     return ends
+
+
+def in_kernel(start: int, ends: Sequence[int], position: int, kernel_chunk: int | None) -> bool:
+    """Whether a state at ``position`` (start < position) of a prefill from ``start`` cut at
+    ``ends`` is a chunk end or an in-kernel point: a multiple of ``kernel_chunk`` from the
+    start of the chunk holding it (see hycache.policy.base)."""
+    index = bisect.bisect_left(ends, position)
+    if index < len(ends) and ends[index] == position:
+        return True
+    if kernel_chunk is None:
+        return False
+    chunk_start = ends[index - 1] if index else start
+    return (position - chunk_start) % kernel_chunk == 0
+
+
+def onto_kernel_grid(
+    start: int, ends: Sequence[int], position: int, kernel_chunk: int, page: int
+) -> int:
+    """``position`` moved down to the nearest in-kernel point or chunk end of its chunk (a
+    multiple of lcm(kernel_chunk, page) from the chunk's start); ``position`` itself when that
+    is the prefill's start (nothing to move to) or not on the page grid."""
+    index = bisect.bisect_left(ends, position)
+    if index < len(ends) and ends[index] == position:
+        return position
+    chunk_start = ends[index - 1] if index else start
+    moved = chunk_start + _floor(position - chunk_start, math.lcm(kernel_chunk, page))
+    return moved if moved > start and moved % page == 0 else position
+
+
+def settle_ends(
+    start: int, end: int, budget: int | None, points: Sequence[int], kernel_chunk: int | None
+) -> list[int]:
+    """Chunk ends for ``[start, end)`` in chunks of at most ``budget`` such that every prefill
+    point of ``points`` (start < p < end) is a chunk end or in-kernel: those that are not end a
+    chunk (re-checked, since a forced end moves the chunks after it)."""
+    inside = sorted({p for p in points if start < p < end})
+    forced: set[int] = set()
+    while True:
+        ends = chunk_ends(start, end, budget, must_end_at=tuple(forced))
+        missing = {p for p in inside if not in_kernel(start, ends, p, kernel_chunk)}
+        if not missing:
+            return ends
+        forced |= missing
 
 
 @dataclass
@@ -82,9 +127,11 @@ class VllmAlignPlanner(CheckpointPolicy):
 class SglangPlanner(CheckpointPolicy):
     """SGLang Mamba radix cache. ``no_buffer``: a state at every chunk end, and the running
     state donated at request end. ``extra_buffer``: one tracked state per prefill at
-    ``start + floor(extend / grid) * grid`` (grid = lcm(64, page)), the aligned branching
-    length when the FULL hit is deeper than the MAMBA hit, and one every ``track_interval``
-    decode tokens."""
+    ``start + floor(extend / grid) * grid`` (grid = lcm(kernel chunk, page), SGLang's
+    ``mamba_cache_chunk_size``), the aligned branching length when the FULL hit is deeper than
+    the MAMBA hit, and one every ``track_interval`` decode tokens. The prefill states are
+    copied out of the kernel's intermediate states (``h[chunk]``), so they end no chunk unless
+    they are off the kernel grid of their chunk."""
 
     strategy: str
     page_size: int
@@ -96,7 +143,7 @@ class SglangPlanner(CheckpointPolicy):
             ends = chunk_ends(start, n, request.token_budget)
             chunks = tuple(Checkpoint(e, "chunk") for e in ends if e % self.page_size == 0)
             return PrefillPlan(tuple(ends), chunks, keep_final_state=True)
-        grid = math.lcm(64, self.page_size)
+        grid = math.lcm(request.kernel_chunk or 64, self.page_size)
         wanted: dict[int, str] = {}
         tracked = start + _floor(n - start, grid)
         if tracked > start:
@@ -104,7 +151,7 @@ class SglangPlanner(CheckpointPolicy):
         branch = _floor(request.kv_hit, grid)
         if request.kv_hit > start and branch > start:
             wanted[branch] = "branch"
-        ends = chunk_ends(start, n, request.token_budget, must_end_at=tuple(wanted))
+        ends = settle_ends(start, n, request.token_budget, tuple(wanted), request.kernel_chunk)
         total = n + request.max_new_tokens
         first = _floor(n, self.track_interval) + self.track_interval
         for p in range(first, total + 1, self.track_interval):
@@ -151,10 +198,15 @@ class HycachePlanner(CheckpointPolicy):
       conversation resumes there;
     * optionally one every ``interval`` prompt tokens.
 
-    Every prefill checkpoint ends a chunk, i.e. costs one more forward pass, so at most
-    ``max_prefill_checkpoints`` (default 2) are taken per prefill: the kinds reused most so far.
+    A prefill checkpoint is moved down onto the kernel grid of its chunk (``kernel_chunk``,
+    hycache.policy.base), where it is copied out of the forward pass; one that cannot be (no
+    kernel grid, or within the first grid step) ends a chunk, i.e. costs one more forward pass.
+    At most ``max_prefill_checkpoints`` (default 1) are taken per prefill (each holds a state's
+    memory): the kinds reused most so far.
     It learns which of these pay: once 8 states of a reason were stored, a reason reused less
-    than once per 10 stored states is skipped, except on every 16th request (to keep learning).
+    than once per 10 stored states is skipped, except on every 16th request (to keep learning);
+    the donated end-of-request state (no copy, no slot held while the request runs) is kept
+    down to once per 20.
     """
 
     def __init__(
@@ -171,8 +223,9 @@ class HycachePlanner(CheckpointPolicy):
         self.adaptive = adaptive
         self.warmup = 8  # states of a reason stored before its reuse rate is trusted
         self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
+        self.donated_reuse_ratio = 20  # ... one in this many for the donated end state
         self.retry_every = 16  # a reason that does not pay is still tried every N-th plan
-        self.split_retry_every = 32  # ... every N-th if its checkpoint splits the prefill
+        self.split_retry_every = 32  # ... every N-th if it lies before the prompt end
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -212,17 +265,17 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 
-    def _pays(self, reason: str, request: PlanInput, retry_every: int) -> bool:
+    def _pays(self, reason: str, request: PlanInput, ratio: int, retry_every: int = 0) -> bool:
         """Whether states of ``reason`` are worth taking: fewer than ``warmup`` stored so far,
-        or one in ``reuse_ratio`` reused, or this is a re-try plan (every ``retry_every``-th).
-        """
+        or one in ``ratio`` reused, or this is a re-try plan (every ``retry_every``-th,
+        default ``self.retry_every``)."""
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
         return (
             stored < self.warmup
-            or reused * self.reuse_ratio >= stored
-            or self._plans % retry_every == 0
+            or reused * ratio >= stored
+            or self._plans % (retry_every or self.retry_every) == 0
         )
 
     def plan(self, request: PlanInput) -> PrefillPlan:
@@ -246,21 +299,34 @@ class HycachePlanner(CheckpointPolicy):
         branch = _floor(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
-        # a checkpoint anywhere but the prompt end splits the prefill: re-tried more rarely
+        budget, kernel = request.token_budget, request.kernel_chunk
+        ends = chunk_ends(start, n, budget)
+        if kernel is not None:
+            # onto the kernel grid of its chunk (at most kernel_chunk - 1 tokens earlier):
+            # copied out of the forward pass instead of ending a chunk
+            moved: dict[int, str] = {}
+            for p, r in sorted(wanted.items(), key=lambda pr: REASON_PREFERENCE.index(pr[1])):
+                moved.setdefault(onto_kernel_grid(start, ends, p, kernel, page), r)
+            wanted = moved
+        # a state before the prompt end (a forward pass more, or a slot held through the
+        # prefill) is re-tried more rarely
         kept = {
             p: r
             for p, r in wanted.items()
-            if self._pays(r, request, self.retry_every if p == n else self.split_retry_every)
+            if self._pays(
+                r, request, self.reuse_ratio, self.retry_every if p == n else self.split_retry_every
+            )
         }
         if len(kept) > self.max_prefill_checkpoints:
-            # every prefill checkpoint ends a chunk (one more forward pass): keep the best
             ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
             kept = dict(ranked[: self.max_prefill_checkpoints])
-        ends = chunk_ends(start, n, request.token_budget, must_end_at=tuple(kept))
+        ends = settle_ends(start, n, budget, tuple(kept), kernel)
         total = n + request.max_new_tokens
         final = _floor(total, page)
         donate = False
-        if request.max_new_tokens and final > n and self._pays("final", request, self.retry_every):
+        # a donated end state holds no slot while the request runs: a lower bar than a copy
+        ratio = self.donated_reuse_ratio if final == total else self.reuse_ratio
+        if request.max_new_tokens and final > n and self._pays("final", request, ratio):
             if final == total:
                 donate = True  # the running state at the end: no copy, no extra slot
             else:

@@ -6,7 +6,9 @@ are inserted at once; logical time; TTFT = the prefill time of the non-reused to
 ``engine``: a discrete-event model of one serving instance. Requests arrive at their trace
 times and wait in FIFO order; a step admits what memory allows, decodes one token for every
 decoding request and fills the rest of the token budget with prefill chunks, each cut at the
-chunk ends the cache planned (a state is copied there before the next chunk runs). When a
+chunk ends the cache planned (a state is copied there before the next chunk runs; one planned
+inside a piece, on the recurrent kernel's grid from the piece's start, is copied out of the
+kernel's intermediate states, any other stops the piece there). When a
 request's prefill ends its prompt and prefill states join the cache (``publish``). Requests in
 flight hold their locks and memory; a request that does not fit waits; one no cache of this
 size could hold runs alone and uncached once the batch has drained. A step lasts
@@ -166,15 +168,26 @@ class _Flight:
     pieces: list[tuple[int, int]] = field(default_factory=list)
 
     def record_due(self, cache: HybridPrefixCache) -> None:
-        """Copy states at every planned checkpoint the request has just reached."""
+        """Copy states at every planned checkpoint the request has reached (the chunk just run
+        ended there, or passed it on the kernel grid: see ``piece_end``)."""
         while (
             self.next_checkpoint < len(self.checkpoints)
             and self.checkpoints[self.next_checkpoint] <= self.position
         ):
             point = self.checkpoints[self.next_checkpoint]
-            if point == self.position:
-                cache.record_checkpoint(self.lease, point, self.reasons[point])
+            cache.record_checkpoint(self.lease, point, self.reasons[point])
             self.next_checkpoint += 1
+
+    def piece_end(self, target: int, kernel_chunk: int | None) -> int:
+        """Where this step's prefill piece, planned to run to ``target``, must stop: at the
+        first planned checkpoint inside it that is not on the kernel grid of the piece (a
+        multiple of ``kernel_chunk`` from its start; those are copied out of the kernel)."""
+        for point in self.checkpoints[self.next_checkpoint :]:
+            if point >= target:
+                break
+            if kernel_chunk is None or (point - self.position) % kernel_chunk:
+                return point
+        return target
 
     def steps_to_next_checkpoint(self) -> int:
         if self.next_checkpoint < len(self.checkpoints):
@@ -257,7 +270,7 @@ def replay_engine(
                 break
             ends = flight.chunk_ends
             nxt = ends[bisect.bisect_right(ends, flight.position)]
-            target = min(nxt, flight.position + budget)
+            target = flight.piece_end(min(nxt, flight.position + budget), cache.kernel_chunk)
             prefill.append((flight.position, target - flight.position))
             budget -= target - flight.position
             flight.position = target

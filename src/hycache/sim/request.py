@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, encode_tokens
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,22 @@ class Request:
     output: bytes
     session: str | None = None
     namespace: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        request_id: str,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        arrival_s: float = 0.0,
+        *,
+        session: str | None = None,
+        namespace: str | None = None,
+    ) -> Request:
+        """A request from plain token id lists (encoded here)."""
+        return cls(
+            request_id, arrival_s, encode_tokens(prompt), encode_tokens(output), session, namespace
+        )
 
     @property
     def prompt_len(self) -> int:

@@ -1,0 +1,72 @@
+"""Engine replay of in-kernel checkpoints: copied out of the piece that passes them, and a piece
+stops at a planned state that is off the kernel grid from the piece's start."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hycache.lease import Lease
+from hycache.policy.presets import build_cache
+from hycache.sim.cost import CostModel, hardware
+from hycache.sim.replay import _Flight, replay_engine
+from hycache.sim.request import Request
+from hycache.spec import ModelSpec, RecurrentGroup, load_spec
+
+
+def request(rid: str, tokens: list[int], out: int, arrival: float) -> Request:
+    return Request.of(rid, tokens, [7] * out, arrival)
+
+
+def without_kernel_grid(spec: ModelSpec) -> ModelSpec:
+    groups = tuple(
+        dataclasses.replace(g, kernel_chunk=None) if isinstance(g, RecurrentGroup) else g
+        for g in spec.groups
+    )
+    return dataclasses.replace(spec, groups=groups)
+
+
+def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> None:
+    """Two prompts share 3000 tokens; the third request diverges inside the shared part. The
+    second one checkpoints the branch point: on the 64-token grid from inside its single chunk
+    (its TTFT is one forward pass), without a kernel grid by ending a chunk there (two)."""
+    shared = list(range(3000))
+    requests = [
+        request("a", [*shared, *range(10_000, 10_500)], 4, 0.0),
+        request("b", [*shared, *range(20_000, 20_700)], 4, 10.0),
+        request("c", [*shared, *range(30_000, 30_300)], 4, 20.0),
+    ]
+    base = load_spec("qwen3-next-80b-a3b")
+    results = {}
+    for spec in (base, without_kernel_grid(base)):
+        cost = CostModel(spec, hardware("h200"))
+        cache = build_cache(spec, 10**12, "hycache", track_ids=False, adaptive=False)
+        results[spec.recurrent.kernel_chunk if spec.recurrent else None] = (
+            replay_engine(cache, requests, cost),
+            cost,
+        )
+        cache.check_integrity()
+    (grid, cost), (split, _) = results[64], results[None]
+    # b reuses nothing (a kept no state inside the shared part) and takes the branch state
+    assert abs(grid.ttft_samples[1] - cost.step_time([(0, 3700)], [])) < 1e-9
+    assert grid.ttft_samples[1] < split.ttft_samples[1]
+    # c resumes from that state: at 2944 (the grid below 3000) or exactly at 3000
+    total = sum(r.prompt_len for r in requests)
+    assert abs(grid.token_hit_rate - 2944 / total) < 1e-9
+    assert abs(split.token_hit_rate - 3000 / total) < 1e-9
+    assert grid.capacity_overrun_bytes == split.capacity_overrun_bytes == 0
+
+
+def test_a_piece_stops_at_a_planned_state_off_its_kernel_grid() -> None:
+    spec = load_spec("qwen3-next-80b-a3b")
+    cache = build_cache(spec, 10**12, "hycache", track_ids=False)
+    lease = cache.admit(list(range(1000)), max_new_tokens=1)
+    assert isinstance(lease, Lease)
+    flight = _Flight(
+        request("x", list(range(1000)), 1, 0.0), lease, 100, [292], {292: "tail"}, [1000]
+    )
+    assert flight.piece_end(1000, 64) == 1000  # 192 tokens from the piece's start: in-kernel
+    assert flight.piece_end(1000, None) == 292  # no kernel grid: the piece ends there
+    assert flight.piece_end(200, 64) == 200  # the state lies beyond this piece
+    flight.position = 128  # the step budget had cut the earlier piece at 128
+    assert flight.piece_end(1000, 64) == 292  # 164 from this piece's start: off the grid
+    cache.abort(lease)
