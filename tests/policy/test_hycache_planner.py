@@ -68,3 +68,20 @@ def test_a_splitting_checkpoint_that_does_not_pay_is_only_retried_rarely() -> No
         splits += any(p.reason == "tail" for p in plan.checkpoints)
         assert len(plan.chunk_ends) <= 2
     assert splits == 64 // planner.split_retry_every
+
+
+def test_a_donated_end_state_is_kept_at_a_lower_reuse_bar_than_a_copied_one() -> None:
+    """End states reused once per 15 stored: below the 1-in-10 bar for copies (kept only on
+    the every-16th re-tries), above the 1-in-20 bar for a donated end state (the running state
+    itself: no copy, no slot)."""
+    record = {"final": (30, 2)}
+    donating, copying = HycachePlanner(), HycachePlanner()
+    donated = copied = 0
+    for _ in range(64):
+        donated += donating.plan(PlanInput(1000, 0, 0, 1, None, 24, record)).keep_final_state
+        plan = copying.plan(PlanInput(1000, 0, 0, 16, None, 20, record))  # 1020: no page end
+        assert not plan.keep_final_state
+        copied += any(p.reason == "final" for p in plan.checkpoints)
+    assert (donated, copied) == (64, 64 // copying.retry_every)
+    rarer = HycachePlanner().plan(PlanInput(1000, 0, 0, 1, None, 24, {"final": (50, 2)}))
+    assert not rarer.keep_final_state

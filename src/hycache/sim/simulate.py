@@ -116,16 +116,8 @@ def run_policy(
         window = _bootstrap_window(source, config.spec, capacity, multiplier)
 
         def replay(choice: Mapping[str, object]) -> float:
-            """The window replayed in the mode it will run in: which choice suits a workload
-            depends on what is in flight at once (engine) as much as on the order (serial)."""
             cache = _build(config, preset, capacity, choice)
-            if config.mode == "engine":
-                budget = cache.default_token_budget or config.token_budget
-                replay_engine(
-                    cache, window, config.cost, token_budget=budget, reject_oversized=True
-                )
-            else:
-                replay_serial(cache, window, config.cost, reject_oversized=True)
+            replay_serial(cache, window, config.cost, reject_oversized=True)
             return float(cache.counters.reused_tokens)
 
         chosen, _ = tune_knobs(replay)
