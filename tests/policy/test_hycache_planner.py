@@ -57,9 +57,10 @@ def test_prompt_end_sits_on_the_learned_divergence_grid() -> None:
     assert 5000 not in [p.position for p in plan.checkpoints]
 
 
-def test_a_splitting_checkpoint_that_does_not_pay_is_only_retried_rarely() -> None:
-    """A kind reused once in 40 stored states (below one in 10) splits a prefill only on the
-    planner's rare re-tries (every 32nd plan), not on the every-16th re-try of free ones."""
+def test_an_early_checkpoint_that_does_not_pay_is_only_retried_rarely() -> None:
+    """A kind reused once in 40 stored states (below one in 10) is taken before the prompt end
+    (here: splitting the prefill, no kernel grid given) only on the planner's rare re-tries
+    (every 32nd plan), not on the every-16th re-try of the prompt end."""
     planner = HycachePlanner()
     record = {"tail": (40, 1), "prompt_end": (40, 1)}
     splits = 0
@@ -67,7 +68,7 @@ def test_a_splitting_checkpoint_that_does_not_pay_is_only_retried_rarely() -> No
         plan = planner.plan(PlanInput(3000, 0, 0, 1, None, 10, record))
         splits += any(p.reason == "tail" for p in plan.checkpoints)
         assert len(plan.chunk_ends) <= 2
-    assert splits == 64 // planner.split_retry_every
+    assert splits == 64 // planner.early_retry_every
 
 
 def test_a_donated_end_state_is_kept_at_a_lower_reuse_bar_than_a_copied_one() -> None:

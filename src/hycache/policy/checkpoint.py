@@ -225,7 +225,7 @@ class HycachePlanner(CheckpointPolicy):
         self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
         self.donated_reuse_ratio = 20  # ... one in this many for the donated end state
         self.retry_every = 16  # a reason that does not pay is still tried every N-th plan
-        self.split_retry_every = 32  # ... every N-th if it lies before the prompt end
+        self.early_retry_every = 32  # ... every N-th if it lies before the prompt end
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -314,7 +314,7 @@ class HycachePlanner(CheckpointPolicy):
             p: r
             for p, r in wanted.items()
             if self._pays(
-                r, request, self.reuse_ratio, self.retry_every if p == n else self.split_retry_every
+                r, request, self.reuse_ratio, self.retry_every if p == n else self.early_retry_every
             )
         }
         if len(kept) > self.max_prefill_checkpoints:
