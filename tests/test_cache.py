@@ -31,7 +31,8 @@ from hycache.policy.base import (
     PlanInput,
     PrefillPlan,
 )
-from hycache.policy.checkpoint import MarconiPlanner, chunk_ends
+from hycache.policy.checkpoint import MarconiPlanner
+from hycache.policy.chunks import chunk_ends
 from hycache.policy.eviction import GDSFEviction, LRUEviction
 from hycache.policy.marconi import MarconiEviction
 from hycache.policy.presets import build_cache

@@ -28,14 +28,10 @@ from hycache.policy.base import (
     PlanInput,
     PrefillPlan,
 )
-from hycache.policy.checkpoint import (
-    HycachePlanner,
-    MarconiPlanner,
-    SglangPlanner,
-    VllmAlignPlanner,
-    chunk_ends,
-)
+from hycache.policy.checkpoint import MarconiPlanner, SglangPlanner, VllmAlignPlanner
+from hycache.policy.chunks import chunk_ends
 from hycache.policy.eviction import COMPACT_SLACK, GDSFEviction, HeapEviction, LRUEviction
+from hycache.policy.hycache_planner import HycachePlanner
 from hycache.policy.marconi import ALPHA_GRID, MarconiEviction, tune_alpha
 from hycache.policy.presets import KNOBS, build_cache, resolve_knobs
 from hycache.spec import FullAttentionGroup, ModelSpec, RecurrentGroup

@@ -14,13 +14,9 @@ from hycache.errors import ConfigError
 from hycache.memory.layouts import shared_pool, split_pool, unified_layout, unified_pool
 from hycache.policy.admission import AlwaysAdmit, SecondSighting
 from hycache.policy.base import AdmissionPolicy, EvictionPolicy
-from hycache.policy.checkpoint import (
-    HycachePlanner,
-    MarconiPlanner,
-    SglangPlanner,
-    VllmAlignPlanner,
-)
+from hycache.policy.checkpoint import MarconiPlanner, SglangPlanner, VllmAlignPlanner
 from hycache.policy.eviction import GDSFEviction, LRUEviction
+from hycache.policy.hycache_planner import HycachePlanner
 from hycache.policy.marconi import MarconiEviction
 from hycache.policy.value import ValueEviction
 from hycache.spec import ModelSpec
