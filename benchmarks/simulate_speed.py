@@ -16,7 +16,8 @@ import argparse
 import time
 from pathlib import Path
 
-from hycache.sim.cost import CostModel, hardware
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, run_policy
 from hycache.sim.trace import read_trace
 from hycache.spec import load_spec

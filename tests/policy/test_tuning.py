@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hycache.policy.tuning import CANDIDATES, MARGIN, tune_knobs
-from hycache.sim.cost import CostModel, hardware
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, run_policy
 from hycache.sim.workloads import generate
 from hycache.spec import load_spec

@@ -11,16 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hycache.errors import ConfigError
-from hycache.sim.cost import (
-    HARDWARE,
-    NAMED_MOE,
-    CostModel,
-    Hardware,
-    MoEShape,
-    estimate_params,
-    hardware,
-    moe_shape_from_hf_config,
-)
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import HARDWARE, Hardware, hardware
+from hycache.sim.params import NAMED_MOE, MoEShape, estimate_params, moe_shape_from_hf_config
 from hycache.spec import (
     NAMED_SPECS,
     FullAttentionGroup,

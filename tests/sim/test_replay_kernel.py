@@ -7,7 +7,8 @@ import dataclasses
 
 from hycache.lease import Lease
 from hycache.policy.presets import build_cache
-from hycache.sim.cost import CostModel, hardware
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware
 from hycache.sim.replay import _Flight, replay_engine
 from hycache.sim.request import Request
 from hycache.spec import ModelSpec, RecurrentGroup, load_spec

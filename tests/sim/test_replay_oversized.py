@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hycache.policy.presets import build_cache
-from hycache.sim.cost import CostModel, hardware
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware
 from hycache.sim.replay import replay_engine
 from hycache.sim.request import Request
 from hycache.spec import load_spec

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hycache.sim.cost import CostModel, hardware
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware
 from hycache.sim.request import Request
 from hycache.sim.simulate import SimulationConfig, run_policy
 from hycache.sim.trace import read_trace

@@ -16,15 +16,8 @@ from hypothesis import strategies as st
 
 from hycache.errors import ConfigError, InputError
 from hycache.sim.request import Request
-from hycache.sim.trace import (
-    FORMATS,
-    MAX_TOKEN_ID,
-    OUTPUT_ID_BASE,
-    _ramp,
-    count_requests,
-    detect_format,
-    read_trace,
-)
+from hycache.sim.trace import FORMATS, count_requests, detect_format, read_trace
+from hycache.sim.trace_lines import MAX_TOKEN_ID, OUTPUT_ID_BASE, _ramp
 from hycache.tree.keys import decode_tokens, encode_tokens
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"  # ../shared

@@ -13,15 +13,14 @@ from hypothesis import strategies as st
 from hycache.errors import ConfigError
 from hycache.sim.cost import CostModel
 from hycache.sim.request import Request
+from hycache.sim.trace_stats import TraceStats, trace_stats
 from hycache.sim.tune import (
     DEFAULT_HOLD_S,
     Recommendation,
-    TraceStats,
     crossover_tokens,
     interval_cost,
     optimal_interval,
     recommend,
-    trace_stats,
 )
 from hycache.spec import FullAttentionGroup, ModelSpec
 from hycache.tree.keys import encode_tokens

@@ -11,13 +11,15 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hycache.errors import ConfigError, InputError
-from hycache.sim.cost import CostModel, hardware
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.report import render_html, table
 from hycache.sim.request import Request
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, parse_set_options, simulate
 from hycache.sim.trace import count_requests, read_trace
-from hycache.sim.tune import recommend, trace_stats
+from hycache.sim.trace_stats import trace_stats
+from hycache.sim.tune import recommend
 from hycache.sim.workloads import generate
 from hycache.spec import load_spec
 from hycache.units import parse_size

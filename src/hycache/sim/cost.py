@@ -30,323 +30,38 @@ reads exactly its ``k`` experts, a 1,000-token prefill reads nearly all of them.
 skewed, so this slightly over-counts mid-sized batches. Dense models have ``routed_total = 0``.
 The embedding table is not counted: a look-up reads one row per token.
 
-Parameter counts (``estimate_params``) are rebuilt from the spec, which keeps only what the
-cache needs: projections per layer group, active MLP parameters per token, hidden and vocab
-sizes. Norms, biases, conv taps and gate vectors are ignored (well under 1% for the built-in
-models). The embedding and the LM head are ``vocab * hidden`` each unless tied. Total
-parameters need the MoE shape (``MoEShape``), which a spec does not hold: the built-in MoE
-models have theirs in ``NAMED_MOE`` (derived from the same published ``config.json`` fields
-``hycache.spec_named`` uses); for other models pass one, or the model is treated as dense
-(total = active). Qwen3-Next-80B-A3B comes out at 79.7B total / 3.87B active parameters.
+Parameter counts and the MoE shape come from ``hycache.sim.params``, the accelerator profiles
+from ``hycache.sim.hardware``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Sequence
 from typing import Literal
 
 from hycache.errors import ConfigError
+from hycache.sim.hardware import HARDWARE, Hardware, hardware
+from hycache.sim.params import (
+    NAMED_MOE,
+    MoEShape,
+    ParamEstimate,
+    estimate_params,
+    moe_shape_from_hf_config,
+)
 from hycache.spec import ModelSpec
 
-GB = 10**9
-TB = 10**12
-
-
-@dataclass(frozen=True, kw_only=True)
-class Hardware:
-    """One accelerator as the cost model sees it.
-
-    ``peak_flops``: dense (no 2:4 sparsity) BF16 tensor-core FLOP/s. ``hbm_bandwidth``: device
-    memory bandwidth in B/s; ``hbm_bytes``: device memory capacity in bytes.
-    ``host_to_device_bandwidth``: host link in B/s, one direction (for host/disk tiers).
-    ``mfu``: model FLOPs utilisation prefill reaches, ``mbu``: memory bandwidth utilisation
-    decode reaches (both in (0, 1]). ``step_overhead_s``: per engine step time that overlaps
-    neither (scheduler, kernel launches, sampling; 2-5 ms in vLLM/SGLang with CUDA graphs).
-    """
-
-    name: str
-    peak_flops: float
-    hbm_bandwidth: float
-    hbm_bytes: int
-    host_to_device_bandwidth: float
-    mfu: float = 0.5
-    mbu: float = 0.7
-    step_overhead_s: float = 0.003
-
-    def __post_init__(self) -> None:
-        for field in ("peak_flops", "hbm_bandwidth", "hbm_bytes", "host_to_device_bandwidth"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not value > 0 or not math.isfinite(value):
-                raise ConfigError(f"hardware {self.name!r}: '{field}' must be > 0, got {value!r}")
-        for field in ("mfu", "mbu"):
-            value = getattr(self, field)
-            if not 0.0 < value <= 1.0:
-                raise ConfigError(
-                    f"hardware {self.name!r}: '{field}' must be in (0, 1], got {value!r}"
-                )
-        if not 0.0 <= self.step_overhead_s < math.inf:
-            raise ConfigError(
-                f"hardware {self.name!r}: 'step_overhead_s' must be >= 0, "
-                f"got {self.step_overhead_s!r}"
-            )
-
-    @property
-    def effective_flops(self) -> float:
-        """FLOP/s prefill sustains: ``peak_flops * mfu``."""
-        return self.peak_flops * self.mfu
-
-    @property
-    def effective_bandwidth(self) -> float:
-        """B/s decode sustains: ``hbm_bandwidth * mbu``."""
-        return self.hbm_bandwidth * self.mbu
-
-
-_PCIE5_X16 = 64 * GB
-"""PCIe Gen5 x16, one direction (32 GT/s x 16 lanes, 128b/130b): ~63 GB/s, 50-55 achieved."""
-
-HARDWARE: Mapping[str, Hardware] = MappingProxyType(
-    {
-        # NVIDIA H100 Tensor Core GPU datasheet, SXM5: BF16 tensor core 1,979 TFLOPS "with
-        # sparsity" -> 989 TFLOPS dense; 80 GB HBM3 at 3.35 TB/s; PCIe Gen5 x16 host link.
-        "h100": Hardware(
-            name="h100",
-            peak_flops=989 * TB,
-            hbm_bandwidth=3.35 * TB,
-            hbm_bytes=80 * GB,
-            host_to_device_bandwidth=_PCIE5_X16,
-        ),
-        # NVIDIA H200 Tensor Core GPU datasheet, SXM: same GH100 compute as H100 (1,979 TFLOPS
-        # BF16 with sparsity -> 989 dense); 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
-        "h200": Hardware(
-            name="h200",
-            peak_flops=989 * TB,
-            hbm_bandwidth=4.8 * TB,
-            hbm_bytes=141 * GB,
-            host_to_device_bandwidth=_PCIE5_X16,
-        ),
-        # NVIDIA HGX B200 datasheet, per GPU: FP16/BF16 tensor core 4.5 PFLOPS "with sparsity"
-        # -> 2.25 PFLOPS dense; HBM3e at 8 TB/s; 1,440 GB per 8-GPU board = 180 GB per GPU
-        # (192 GB of raw HBM is also quoted); PCIe Gen5 x16 host link.
-        "b200": Hardware(
-            name="b200",
-            peak_flops=2250 * TB,
-            hbm_bandwidth=8.0 * TB,
-            hbm_bytes=180 * GB,
-            host_to_device_bandwidth=_PCIE5_X16,
-        ),
-    }
-)
-"""Built-in accelerator profiles (datasheet values, default utilisation and overhead)."""
-
-
-def hardware(name: str) -> Hardware:
-    """A built-in profile by (case-insensitive) name; ConfigError listing the known ones."""
-    try:
-        return HARDWARE[name.strip().lower()]
-    except KeyError:
-        known = ", ".join(sorted(HARDWARE))
-        raise ConfigError(f"unknown hardware {name!r} (known: {known})") from None
-
-
-# ---------------------------------------------------------------------------- parameters
-
-
-@dataclass(frozen=True, kw_only=True)
-class MoEShape:
-    """The routed-expert part of a model's MLPs.
-
-    ``experts``: routed experts per MoE layer (E); ``experts_per_token``: routed experts each
-    token uses (k); ``routed_params_per_token``: routed-expert parameters one token multiplies,
-    summed over all MoE layers (``moe_layers * k * params_per_expert``; shared experts and
-    routers are not routed and stay in the dense part).
-    """
-
-    experts: int
-    experts_per_token: int
-    routed_params_per_token: int
-
-    def __post_init__(self) -> None:
-        for field in ("experts", "experts_per_token", "routed_params_per_token"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"MoEShape: '{field}' must be a positive int, got {value!r}")
-        if self.experts_per_token > self.experts:
-            raise ConfigError(
-                f"MoEShape: experts_per_token {self.experts_per_token} > experts {self.experts}"
-            )
-
-    @property
-    def routed_params_total(self) -> float:
-        """All routed-expert parameters: ``routed_params_per_token * E / k``."""
-        return self.routed_params_per_token * self.experts / self.experts_per_token
-
-    def coverage(self, tokens: int) -> float:
-        """Expected share of experts ``tokens`` tokens touch: ``1 - (1 - k/E) ** tokens``."""
-        if tokens <= 0:
-            return 0.0
-        return 1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens
-
-
-def _cfg_int(cfg: Mapping[str, object], *keys: str, default: int | None = None) -> int:
-    for key in keys:
-        value = cfg.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    if default is None:
-        raise ConfigError(f"MoE config: missing integer field {keys[0]!r}")
-    return default
-
-
-def moe_shape_from_hf_config(config: Mapping[str, object]) -> MoEShape | None:
-    """The MoE shape of a HF ``config.json`` dict; None for a dense model or another type.
-
-    Supports the MoE families ``hycache.spec_hf`` parses: qwen3_next / qwen3_5_moe (gated
-    experts of ``moe_intermediate_size``, every ``decoder_sparse_step``-th layer not in
-    ``mlp_only_layers``), kimi_linear (from ``first_k_dense_replace`` every ``moe_layer_freq``-th
-    layer), nemotron_h (``E`` entries of ``hybrid_override_pattern``, ungated relu2 experts on
-    the hidden state or ``moe_latent_size``), jamba (``i % expert_layer_period ==
-    expert_layer_offset``, experts of ``intermediate_size``) and gpt_oss (every layer).
-    """
-    model_type = config.get("model_type")
-    text = config.get("text_config")
-    cfg: Mapping[str, object] = text if isinstance(text, Mapping) else config
-    if model_type in ("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"):
-        if "num_experts" not in cfg:
-            return None
-        n, hidden = _cfg_int(cfg, "num_hidden_layers"), _cfg_int(cfg, "hidden_size")
-        raw_dense = cfg.get("mlp_only_layers")
-        dense = (
-            {i for i in raw_dense if isinstance(i, int)} if isinstance(raw_dense, list) else set()
-        )
-        step = _cfg_int(cfg, "decoder_sparse_step", default=1)
-        layers = sum(1 for i in range(n) if i not in dense and (i + 1) % step == 0)
-        experts, top_k = _cfg_int(cfg, "num_experts"), _cfg_int(cfg, "num_experts_per_tok")
-        per_expert = 3 * hidden * _cfg_int(cfg, "moe_intermediate_size")
-    elif model_type == "kimi_linear":
-        n, hidden = _cfg_int(cfg, "num_hidden_layers"), _cfg_int(cfg, "hidden_size")
-        first = _cfg_int(cfg, "first_k_dense_replace", default=1)
-        freq = _cfg_int(cfg, "moe_layer_freq", default=1)
-        layers = sum(1 for i in range(n) if i >= first and i % freq == 0)
-        experts = _cfg_int(cfg, "num_experts", "num_local_experts")
-        top_k = _cfg_int(cfg, "num_experts_per_token", "num_experts_per_tok")
-        per_expert = 3 * hidden * _cfg_int(cfg, "moe_intermediate_size")
-    elif model_type == "nemotron_h":
-        pattern = cfg.get("hybrid_override_pattern")
-        if not isinstance(pattern, str) or "E" not in pattern:
-            return None
-        layers = pattern.count("E")
-        width = _cfg_int(cfg, "moe_latent_size", default=0) or _cfg_int(cfg, "hidden_size")
-        experts, top_k = _cfg_int(cfg, "n_routed_experts"), _cfg_int(cfg, "num_experts_per_tok")
-        per_expert = 2 * width * _cfg_int(cfg, "moe_intermediate_size")
-    elif model_type == "jamba":
-        n, hidden = _cfg_int(cfg, "num_hidden_layers"), _cfg_int(cfg, "hidden_size")
-        period = _cfg_int(cfg, "expert_layer_period", default=2)
-        offset = _cfg_int(cfg, "expert_layer_offset", default=1)
-        layers = sum(1 for i in range(n) if i % period == offset)
-        experts, top_k = _cfg_int(cfg, "num_experts"), _cfg_int(cfg, "num_experts_per_tok")
-        per_expert = 3 * hidden * _cfg_int(cfg, "intermediate_size")
-    elif model_type == "gpt_oss":
-        layers = _cfg_int(cfg, "num_hidden_layers")
-        experts = _cfg_int(cfg, "num_local_experts")
-        top_k = _cfg_int(cfg, "num_experts_per_tok", "experts_per_token")
-        per_expert = 3 * _cfg_int(cfg, "hidden_size") * _cfg_int(cfg, "intermediate_size")
-    else:
-        return None
-    if layers == 0 or experts <= 1:
-        return None
-    return MoEShape(
-        experts=experts,
-        experts_per_token=top_k,
-        routed_params_per_token=layers * top_k * per_expert,
-    )
-
-
-def _named_moe() -> Mapping[str, MoEShape]:
-    from hycache.spec_named import HF_CONFIGS
-
-    shapes = {name: moe_shape_from_hf_config(cfg) for name, cfg in HF_CONFIGS.items()}
-    return MappingProxyType({name: s for name, s in shapes.items() if s is not None})
-
-
-NAMED_MOE: Mapping[str, MoEShape] = _named_moe()
-"""MoE shapes of the built-in MoE specs (``ModelSpec.named``), by spec name."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ParamEstimate:
-    """Parameter counts rebuilt from a spec (see the module docstring for what is ignored).
-
-    ``mlp_active`` / ``mlp_total``: MLP parameters one token multiplies / that exist;
-    ``mlp_routed_total``: the routed-expert part of ``mlp_total`` (0 for a dense model).
-    """
-
-    attention: int
-    recurrent: int
-    mlp_active: int
-    mlp_total: int
-    mlp_routed_total: int
-    embedding: int
-    lm_head: int
-
-    @property
-    def active(self) -> int:
-        """Parameters one token uses, embedding included."""
-        return self.attention + self.recurrent + self.mlp_active + self.embedding + self.lm_head
-
-    @property
-    def total(self) -> int:
-        """All parameters (the embedding once when tied)."""
-        return self.attention + self.recurrent + self.mlp_total + self.embedding + self.lm_head
-
-    @property
-    def dense_active(self) -> int:
-        """Parameters every token multiplies (no embedding, no routed experts): what any
-        step with at least one token reads in full."""
-        return self.attention + self.recurrent + self.mlp_dense_part + self.lm_head
-
-    @property
-    def mlp_dense_part(self) -> int:
-        """Non-routed MLP parameters (dense MLPs, shared experts, routers)."""
-        return self.mlp_total - self.mlp_routed_total
-
-
-def estimate_params(
-    spec: ModelSpec, moe: MoEShape | None = None, *, tied_embeddings: bool = False
-) -> ParamEstimate:
-    """Parameter counts of ``spec``: ``layers * proj_params`` per group, the spec's active MLP
-    parameters, ``vocab * hidden`` for the embedding and (unless tied) the LM head. With
-    ``moe``, total MLP = active - routed per token + all routed experts; without, total =
-    active (dense)."""
-    attention = sum(g.layers * g.projection_params(spec.hidden_size) for g in spec.attention_groups)
-    rec = spec.recurrent
-    recurrent = rec.layers * rec.proj_params_per_layer if rec is not None else 0
-    mlp_active = spec.active_mlp_params_per_token
-    routed_total = 0
-    mlp_total = mlp_active
-    if moe is not None:
-        if moe.routed_params_per_token > mlp_active:
-            raise ConfigError(
-                f"{spec.name}: MoE routed params per token {moe.routed_params_per_token:,} exceed "
-                f"the spec's active MLP params {mlp_active:,}"
-            )
-        routed_total = round(moe.routed_params_total)
-        mlp_total = mlp_active - moe.routed_params_per_token + routed_total
-    table = spec.vocab_size * spec.hidden_size
-    return ParamEstimate(
-        attention=attention,
-        recurrent=recurrent,
-        mlp_active=mlp_active,
-        mlp_total=mlp_total,
-        mlp_routed_total=routed_total,
-        embedding=table,
-        lm_head=0 if tied_embeddings else table,
-    )
-
-
-# ---------------------------------------------------------------------------- cost model
+# the cost model's whole interface, profiles and parameter counts included
+__all__ = [
+    "HARDWARE",
+    "NAMED_MOE",
+    "CostModel",
+    "Hardware",
+    "MoEShape",
+    "ParamEstimate",
+    "estimate_params",
+    "hardware",
+    "moe_shape_from_hf_config",
+]
 
 
 def _check_len(**values: int) -> None:

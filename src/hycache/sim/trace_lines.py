@@ -1,0 +1,296 @@
+"""One line of a trace file, parsed: the Mooncake, Marconi and hycache JSONL formats
+(described in ``hycache.sim.trace``), block-hash expansion and synthetic output ids. A
+malformed line raises ``LineError`` with the reason; the reader adds the file and line."""
+
+from __future__ import annotations
+
+import math
+import sys
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+from hycache.sim.request import Request
+from hycache.tree.keys import encode_tokens
+
+#: Tokens per Mooncake hash id.
+MOONCAKE_BLOCK_SIZE = 512
+#: Explicit token ids (and expanded block ids) lie in ``[0, MAX_TOKEN_ID)``.
+MAX_TOKEN_ID = 2**40
+#: Synthetic output ids: ``OUTPUT_ID_BASE + line * OUTPUT_ID_STRIDE + i``.
+OUTPUT_ID_BASE = 2**40
+OUTPUT_ID_STRIDE = 2**20
+#: Largest ``input_length`` of a block-hashed prompt (Mooncake, hycache ``block_hashes``).
+MAX_INPUT_LENGTH = 2**24
+#: Largest Mooncake hash id (so that every expanded id stays below ``MAX_TOKEN_ID``).
+MAX_MOONCAKE_HASH = 2**31
+#: Largest line number that still gets collision-free synthetic output ids.
+_MAX_LINE = (2**63 - OUTPUT_ID_BASE) // OUTPUT_ID_STRIDE - 1
+
+_HYCACHE_KEYS = frozenset(
+    {
+        "id",
+        "arrival",
+        "session",
+        "namespace",
+        "tokens",
+        "block_hashes",
+        "block_size",
+        "input_length",
+        "output_length",
+        "output_tokens",
+    }
+)
+
+Obj = dict[str, Any]
+
+
+class LineError(Exception):
+    """A reason a line is malformed; turned into InputError with the file and line."""
+
+
+def is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _field(obj: Obj, key: str) -> Any:
+    try:
+        return obj[key]
+    except KeyError:
+        raise LineError(f"missing field {key!r}") from None
+
+
+def _int_field(obj: Obj, key: str, *, minimum: int) -> int:
+    value = _field(obj, key)
+    if not is_int(value):
+        raise LineError(f"field {key!r} must be an integer, got {describe(value)}")
+    if value < minimum:
+        what = "negative" if value < 0 else f"below {minimum}"
+        raise LineError(f"field {key!r} is {what}: {value} (must be >= {minimum})")
+    result: int = value
+    return result
+
+
+def _time_field(obj: Obj, key: str) -> float:
+    value = _field(obj, key)
+    if not (is_int(value) or type(value) is float):
+        raise LineError(f"field {key!r} must be a number, got {describe(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise LineError(f"field {key!r} must be a finite number, got {value}")
+    if number < 0:
+        raise LineError(f"field {key!r} is negative: {value}")
+    return number
+
+
+def describe(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, float):
+        return f"the number {value}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)
+
+
+def _int_list(obj: Obj, key: str, *, allow_empty: bool, bound: int = MAX_TOKEN_ID) -> list[int]:
+    value = _field(obj, key)
+    if not isinstance(value, list):
+        raise LineError(f"field {key!r} must be a list of integers, got {describe(value)}")
+    if not value:
+        if allow_empty:
+            return value
+        raise LineError(f"field {key!r} must not be empty")
+    for index, item in enumerate(value):
+        if not is_int(item):
+            raise LineError(f"{key}[{index}] must be an integer, got {describe(item)}")
+    low, high = min(value), max(value)
+    if low < 0 or high >= bound:
+        index = value.index(low if low < 0 else high)
+        raise LineError(f"{key}[{index}] = {value[index]} is outside [0, {bound})")
+    return value
+
+
+_WINDOW = 1 << 16
+_LITTLE = sys.byteorder == "little"
+_RAMP: list[memoryview] = []
+
+
+def _ramp(start: int, length: int) -> bytes:
+    """The encoded ids ``start .. start+length-1`` (``0 <= start``, end ``< 2**63``).
+
+    Much faster than ``array('q', range(...))`` for long runs: the low 16 bits of each id are
+    copied from one precomputed ramp, the high bytes are set with one strided store per byte.
+    """
+    if length <= 64:
+        return array("q", range(start, start + length)).tobytes()
+    if not _RAMP:
+        _RAMP.append(memoryview(array("q", range(_WINDOW)).tobytes()))
+    ramp = _RAMP[0]
+    parts: list[bytearray] = []
+    pos, end = start, start + length
+    while pos < end:
+        high, low = divmod(pos, _WINDOW)
+        count = min(end - pos, _WINDOW - low)
+        chunk = bytearray(ramp[low * 8 : (low + count) * 8])
+        if high:
+            for index, value in enumerate((high << 16).to_bytes(8, "little")):
+                if value:
+                    chunk[(index if _LITTLE else 7 - index) :: 8] = bytes((value,)) * count
+        parts.append(chunk)
+        pos += count
+    return b"".join(parts)
+
+
+def _expand_blocks(hashes: list[int], block_size: int, length: int, key: str) -> bytes:
+    """Token ids ``h*block_size + i`` for each hash, the last block cut to fit ``length``."""
+    if length > MAX_INPUT_LENGTH:
+        raise LineError(f"input_length {length} is too large (must be <= {MAX_INPUT_LENGTH})")
+    needed = -(-length // block_size)
+    if len(hashes) < needed:
+        raise LineError(
+            f"{key} too short: {len(hashes)} blocks of {block_size} cover "
+            f"{len(hashes) * block_size} tokens, input_length is {length} "
+            f"(needs {needed} blocks)"
+        )
+    if len(hashes) > needed:
+        raise LineError(
+            f"{key} too long: input_length {length} needs {needed} blocks of {block_size}, "
+            f"got {len(hashes)}"
+        )
+    # consecutive hash ids are one contiguous run of ids: expand each run at once
+    parts: list[bytes] = []
+    run_start = hashes[0]
+    run_blocks = 1
+    for h in hashes[1:]:
+        if h == run_start + run_blocks:
+            run_blocks += 1
+        else:
+            parts.append(_ramp(run_start * block_size, run_blocks * block_size))
+            run_start, run_blocks = h, 1
+    tail = length - (needed - 1) * block_size
+    parts.append(_ramp(run_start * block_size, (run_blocks - 1) * block_size + tail))
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _synthetic_output(line: int, length: int) -> bytes:
+    """``length`` ids unique to the request on ``line``, above every prompt id."""
+    if length >= OUTPUT_ID_STRIDE:
+        raise LineError(f"output_length {length} is too large (must be < {OUTPUT_ID_STRIDE})")
+    if line > _MAX_LINE:
+        raise LineError("too many lines for synthetic output ids")
+    return _ramp(OUTPUT_ID_BASE + line * OUTPUT_ID_STRIDE, length)
+
+
+def _parse_mooncake(obj: Obj, line: int) -> Request:
+    timestamp = _time_field(obj, "timestamp")
+    length = _int_field(obj, "input_length", minimum=1)
+    out_len = _int_field(obj, "output_length", minimum=0)
+    hashes = _int_list(obj, "hash_ids", allow_empty=False, bound=MAX_MOONCAKE_HASH)
+    prompt = _expand_blocks(hashes, MOONCAKE_BLOCK_SIZE, length, "hash_ids")
+    return Request(
+        request_id=str(line),
+        arrival_s=timestamp / 1000.0,
+        prompt=prompt,
+        output=_synthetic_output(line, out_len),
+    )
+
+
+def _id_text(obj: Obj, key: str, *, optional: bool) -> str | None:
+    if optional and obj.get(key) is None:
+        return None
+    value = _field(obj, key)
+    if isinstance(value, str):
+        return value
+    if is_int(value):
+        return str(value)
+    raise LineError(f"field {key!r} must be a string or an integer, got {describe(value)}")
+
+
+def _parse_marconi(obj: Obj, line: int) -> Request:
+    session = _id_text(obj, "session_id", optional=False)
+    arrival = _time_field(obj, "ts")
+    prompt = _int_list(obj, "input_tokens", allow_empty=False)
+    output = _int_list(obj, "output_tokens", allow_empty=True)
+    for count_key, tokens_key, tokens in (
+        ("num_input_tokens", "input_tokens", prompt),
+        ("num_output_tokens", "output_tokens", output),
+    ):
+        if count_key in obj:
+            count = _int_field(obj, count_key, minimum=0)
+            if count != len(tokens):
+                raise LineError(
+                    f"{count_key} is {count} but {tokens_key} holds {len(tokens)} tokens"
+                )
+    if "turn_id" in obj:
+        turn = _int_field(obj, "turn_id", minimum=0)
+        request_id = f"{session}:{turn}"
+    else:
+        request_id = str(line)
+    return Request(
+        request_id=request_id,
+        arrival_s=arrival,
+        prompt=encode_tokens(prompt),
+        output=encode_tokens(output),
+        session=session,
+    )
+
+
+def _exactly_one(obj: Obj, first: str, second: str) -> str:
+    has_first, has_second = first in obj, second in obj
+    if has_first == has_second:
+        state = "both" if has_first else "neither"
+        raise LineError(f"needs exactly one of {first!r} or {second!r}, got {state}")
+    return first if has_first else second
+
+
+def _parse_hycache(obj: Obj, line: int) -> Request:
+    unknown = sorted(set(obj) - _HYCACHE_KEYS)
+    if unknown:
+        raise LineError(f"unknown field(s) {', '.join(map(repr, unknown))}")
+    request_id = _id_text(obj, "id", optional=False)
+    assert request_id is not None
+    arrival = _time_field(obj, "arrival")
+    session = _id_text(obj, "session", optional=True)
+    namespace = obj.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise LineError(f"field 'namespace' must be a string or null, got {describe(namespace)}")
+    if _exactly_one(obj, "tokens", "block_hashes") == "tokens":
+        extra = sorted(k for k in ("block_size", "input_length") if k in obj)
+        if extra:
+            raise LineError(f"{', '.join(map(repr, extra))}: only allowed with 'block_hashes'")
+        prompt = encode_tokens(_int_list(obj, "tokens", allow_empty=False))
+    else:
+        block_size = _int_field(obj, "block_size", minimum=1)
+        length = _int_field(obj, "input_length", minimum=1)
+        bound = MAX_TOKEN_ID // block_size  # every h*block_size + i stays < 2**40
+        hashes = _int_list(obj, "block_hashes", allow_empty=False, bound=bound)
+        prompt = _expand_blocks(hashes, block_size, length, "block_hashes")
+    if _exactly_one(obj, "output_length", "output_tokens") == "output_length":
+        output = _synthetic_output(line, _int_field(obj, "output_length", minimum=0))
+    else:
+        output = encode_tokens(_int_list(obj, "output_tokens", allow_empty=True))
+    return Request(
+        request_id=request_id,
+        arrival_s=arrival,
+        prompt=prompt,
+        output=output,
+        session=session,
+        namespace=namespace,
+    )
+
+
+PARSERS: dict[str, Callable[[Obj, int], Request]] = {
+    "mooncake": _parse_mooncake,
+    "marconi": _parse_marconi,
+    "hycache": _parse_hycache,
+}
