@@ -129,11 +129,14 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         namespace: str | None = None,
         session: str | None = None,
         token_budget: int | None = None,
+        kernel_grid: bool = True,
     ) -> Lease | Wait:
         """Match the prompt (the last token is always recomputed), lock the reused path,
         reserve the working set (KV pages for prompt + ``max_new_tokens`` beyond the hit and
-        ``running_slots`` states) and plan the prefill. Mutates the cache (on Wait: only a node
-        split)."""
+        ``running_slots`` states) and plan the prefill. ``kernel_grid=False``: the caller's
+        prefill may stop anywhere at no cost (the serial replay, which inserts at once), so
+        no state needs to sit on the recurrent kernel's grid. Mutates the cache (on Wait: only
+        a node split)."""
         key = encode_tokens(tokens)
         n = len(key) // TOKEN_BYTES
         if n < 1:
@@ -186,7 +189,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
                     r: (stored, self.counters.reason_hits[r])
                     for r, stored in self.counters.reason_inserted.items()
                 },
-                self.kernel_chunk,
+                self.kernel_chunk if kernel_grid else None,
             )
         )
         source = None

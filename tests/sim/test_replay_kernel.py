@@ -9,7 +9,7 @@ from hycache.lease import Lease
 from hycache.policy.presets import build_cache
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
-from hycache.sim.replay import _Flight, replay_engine
+from hycache.sim.replay import _Flight, replay_engine, replay_serial
 from hycache.sim.request import Request
 from hycache.spec import ModelSpec, RecurrentGroup, load_spec
 
@@ -55,6 +55,10 @@ def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> Non
     assert abs(grid.token_hit_rate - 2944 / total) < 1e-9
     assert abs(split.token_hit_rate - 3000 / total) < 1e-9
     assert grid.capacity_overrun_bytes == split.capacity_overrun_bytes == 0
+    # serial mode prefills nothing, so cuts are free: the branch state sits exactly at 3000
+    serial_cache = build_cache(base, 10**12, "hycache", track_ids=False, adaptive=False)
+    serial = replay_serial(serial_cache, requests, cost)
+    assert abs(serial.token_hit_rate - 3000 / total) < 1e-9
 
 
 def test_a_piece_stops_at_a_planned_state_off_its_kernel_grid() -> None:

@@ -1,7 +1,9 @@
 """Replaying requests through a ``HybridPrefixCache``: ``serial`` and ``engine`` modes.
 
 ``serial`` (Marconi's simulator semantics): each request looks up, then its input and output
-are inserted at once; logical time; TTFT = the prefill time of the non-reused tokens alone.
+are inserted at once; logical time; TTFT = the prefill time of the non-reused tokens alone. No
+prefill runs, so cutting one costs nothing: states are planned at their exact positions, not
+on the recurrent kernel's grid (``admit(kernel_grid=False)``).
 
 ``engine``: a discrete-event model of one serving instance. Requests arrive at their trace
 times and wait in FIFO order; a step admits what memory allows, decodes one token for every
@@ -133,6 +135,7 @@ def replay_serial(
                 max_new_tokens=request.output_len,
                 namespace=request.namespace,
                 session=request.session,
+                kernel_grid=False,  # nothing is prefilled: a state may sit anywhere
             )
         except CapacityError:
             if not reject_oversized:
