@@ -25,7 +25,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from hycache.engine.model import AttnLayer, CacheLayout, StateTensor
+from hycache.engine.layout import AttnLayer, CacheLayout, StateTensor
 from hycache.tree.keys import TOKEN_BYTES
 
 if TYPE_CHECKING:
