@@ -82,8 +82,6 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self.recurrent = next(
             (c for c in self.tree.components if isinstance(c, RecurrentComponent)), None
         )
-        group = spec.recurrent
-        self.kernel_chunk = group.kernel_chunk if group is not None else None
         self.clock = 0
         self.counters = Counters()
         self.leases: dict[int, Lease] = {}
@@ -92,6 +90,12 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self._state_reason: dict[Node, str] = {}  # why the state at a node was checkpointed
         self._next_id = 0
         eviction.attach(self)
+
+    @property
+    def kernel_chunk(self) -> int | None:
+        """The recurrent kernel's chunk (``RecurrentGroup.kernel_chunk``); None without one."""
+        group = self.spec.recurrent
+        return group.kernel_chunk if group is not None else None
 
     @staticmethod
     def _components(spec: ModelSpec, pool: MemoryPool, page: int) -> list[Component]:

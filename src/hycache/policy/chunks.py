@@ -40,17 +40,22 @@ def chunk_ends(
     return ends
 
 
+def _chunk_start(start: int, ends: Sequence[int], position: int) -> tuple[int, bool]:
+    """The start of the chunk of ``ends`` (prefill from ``start``) that holds ``position``, and
+    whether ``position`` is that chunk's end."""
+    index = bisect.bisect_left(ends, position)
+    at_end = index < len(ends) and ends[index] == position
+    return (ends[index - 1] if index else start), at_end
+
+
 def in_kernel(start: int, ends: Sequence[int], position: int, kernel_chunk: int | None) -> bool:
     """Whether a state at ``position`` (start < position) of a prefill from ``start`` cut at
     ``ends`` is a chunk end or an in-kernel point: a multiple of ``kernel_chunk`` from the
     start of the chunk holding it (see hycache.policy.base)."""
-    index = bisect.bisect_left(ends, position)
-    if index < len(ends) and ends[index] == position:
+    chunk_start, at_end = _chunk_start(start, ends, position)
+    if at_end:
         return True
-    if kernel_chunk is None:
-        return False
-    chunk_start = ends[index - 1] if index else start
-    return (position - chunk_start) % kernel_chunk == 0
+    return kernel_chunk is not None and (position - chunk_start) % kernel_chunk == 0
 
 
 def onto_kernel_grid(
@@ -59,10 +64,9 @@ def onto_kernel_grid(
     """``position`` moved down to the nearest in-kernel point or chunk end of its chunk (a
     multiple of lcm(kernel_chunk, page) from the chunk's start); ``position`` itself when that
     is the prefill's start (nothing to move to) or not on the page grid."""
-    index = bisect.bisect_left(ends, position)
-    if index < len(ends) and ends[index] == position:
+    chunk_start, at_end = _chunk_start(start, ends, position)
+    if at_end:
         return position
-    chunk_start = ends[index - 1] if index else start
     moved = chunk_start + floor_to(position - chunk_start, math.lcm(kernel_chunk, page))
     return moved if moved > start and moved % page == 0 else position
 

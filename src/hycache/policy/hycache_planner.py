@@ -96,18 +96,13 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 
-    def _pays(self, reason: str, request: PlanInput, ratio: int, retry_every: int = 0) -> bool:
+    def _pays(self, reason: str, request: PlanInput, ratio: int, retry_every: int) -> bool:
         """Whether states of ``reason`` are worth taking: fewer than ``warmup`` stored so far,
-        or one in ``ratio`` reused, or this is a re-try plan (every ``retry_every``-th,
-        default ``self.retry_every``)."""
+        or one in ``ratio`` reused, or this is a re-try plan (every ``retry_every``-th)."""
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
-        return (
-            stored < self.warmup
-            or reused * ratio >= stored
-            or self._plans % (retry_every or self.retry_every) == 0
-        )
+        return stored < self.warmup or reused * ratio >= stored or self._plans % retry_every == 0
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start, page = request.prompt_len, request.start, request.page_size
@@ -157,7 +152,8 @@ class HycachePlanner(CheckpointPolicy):
         donate = False
         # a donated end state holds no slot while the request runs: a lower bar than a copy
         ratio = self.donated_reuse_ratio if final == total else self.reuse_ratio
-        if request.max_new_tokens and final > n and self._pays("final", request, ratio):
+        pays = self._pays("final", request, ratio, self.retry_every)
+        if request.max_new_tokens and final > n and pays:
             if final == total:
                 donate = True  # the running state at the end: no copy, no extra slot
             else:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from hycache.cache import HybridPrefixCache
 from hycache.errors import CapacityError
 from hycache.lease import Lease, Wait
+from hycache.policy.chunks import in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
 from hycache.sim.request import Request
@@ -188,7 +189,7 @@ class _Flight:
         for point in self.checkpoints[self.next_checkpoint :]:
             if point >= target:
                 break
-            if kernel_chunk is None or (point - self.position) % kernel_chunk:
+            if not in_kernel(self.position, (target,), point, kernel_chunk):
                 return point
         return target
 
