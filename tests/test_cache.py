@@ -36,6 +36,7 @@ from hycache.policy.chunks import chunk_ends
 from hycache.policy.eviction import GDSFEviction, LRUEviction
 from hycache.policy.marconi import MarconiEviction
 from hycache.policy.presets import build_cache
+from hycache.policy.value import ValueEviction
 from hycache.spec import FullAttentionGroup, ModelSpec, RecurrentGroup, SlidingWindowGroup
 from hycache.testing.reference import GroupConfig, ReferenceCache
 from hycache.testing.tree_target import build_components
@@ -123,14 +124,16 @@ def every(n: int) -> Points:
 def direct_cache(
     spec: ModelSpec,
     budget: int = BIG,
-    eviction: LRUEviction | GDSFEviction | MarconiEviction | None = None,
+    eviction: LRUEviction | GDSFEviction | MarconiEviction | ValueEviction | None = None,
     *,
     planner: CheckpointPolicy | None = None,
     admission: AdmissionPolicy | None = None,
     page: int = 16,
     token_budget: int | None = None,
+    **options: bool,
 ) -> HybridPrefixCache:
-    """A cache on a shared pool (default: page 16, the ``Points`` planner, GDSF)."""
+    """A cache on a shared pool (default: page 16, the ``Points`` planner, GDSF);
+    ``options``: HybridPrefixCache's boolean options (``read_matched_kv``, ...)."""
     return HybridPrefixCache(
         spec,
         shared_pool(spec, budget, page),
@@ -139,6 +142,7 @@ def direct_cache(
         admission=admission or AlwaysAdmit(),
         eviction=eviction or GDSFEviction(),
         token_budget=token_budget,
+        **options,  # type: ignore[arg-type]
     )
 
 

@@ -22,6 +22,7 @@ storing in ``hycache.cache_states`` and inspection in ``hycache.cache_inspect``:
 
 from __future__ import annotations
 
+from hycache.cache_holds import CacheHolds
 from hycache.cache_inspect import CacheInspect
 from hycache.cache_states import CacheStates
 from hycache.components.base import Component
@@ -44,7 +45,7 @@ from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
 
 
-class HybridPrefixCache(CacheStates, CacheInspect):
+class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
     """One model's prefix cache: a radix tree, a pool and a policy bundle."""
 
     def __init__(
@@ -61,6 +62,9 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         offgrid: str = "drop",
         token_budget: int | None = None,
         states_enabled: bool = True,
+        read_matched_kv: bool = False,
+        pin_published_state: bool = True,
+        reserve_checkpoint_slot: bool = False,
         name: str = "custom",
     ) -> None:
         if offgrid not in ("drop", "misplace"):
@@ -76,6 +80,9 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self.offgrid = offgrid
         self.default_token_budget = token_budget
         self.states_enabled = states_enabled
+        self.read_matched_kv = read_matched_kv
+        self.pin_published_state = pin_published_state
+        self.reserve_checkpoint_slot = reserve_checkpoint_slot
         self.tree = RadixTree(page_size, self._components(spec, pool, page_size))
         self.page_size = page_size
         self.kv_components = [c for c in self.tree.components if isinstance(c, PagedKVComponent)]
@@ -150,36 +157,44 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self.clock += 1
         result = self.tree.match(key[: (n - 1) * TOKEN_BYTES], namespace)
         hit = result.hit
-        locked: Node | None = None
+        locked = kv_locked = None
         if hit > 0:
             locked = self._split_at(key, hit, namespace)
             self.tree.lock(locked)
-        demand = self._working_set(n + max_new_tokens - hit)
+        in_place = self._kv_read_in_place(result, session) if kernel_grid else 0
+        if in_place > hit:
+            kv_locked = self._split_at(key, in_place, namespace)
+            self.tree.lock(kv_locked, hold_state=False)
+        demand = self._working_set(n + max_new_tokens - hit, max(0, in_place - hit))
+        spare = int(kernel_grid and self._wants_spare(key, namespace, hit, result))
         # The reused prefix's pages are part of the working set too: the request can only ever
         # run if its whole sequence fits (recomputed from scratch if need be).
         whole = self._working_set(n + max_new_tokens)
         if not self.pool.fits_empty(whole):
-            if locked is not None:
-                self.tree.unlock(locked)
+            self._unlock_admitted(locked, kv_locked)
             need = self.pool.demand_bytes(whole)
             raise CapacityError(
                 f"request of {n} + {max_new_tokens} tokens needs {need} bytes of working memory; "
                 f"the {self.pool.describe()} pool can never hold it"
             )
-        short = self._ensure(demand)
-        if short and locked is not None and not self.leases:
-            # Nothing in flight will ever free memory: only this request's own lock (its reused
-            # path and the states on it) stands in the way. Admit it as a miss rather than
-            # answer a Wait that no finish could ever end.
-            self.tree.unlock(locked)
-            locked, hit, demand = None, 0, whole
+        short = self._ensure(self._with_spare(demand, spare))
+        if short and spare and not self.leases:
+            spare = 0  # nothing in flight would ever free the spare's room: run without it
+            short = self._ensure(demand)
+        if short and (locked or kv_locked) is not None and not self.leases:
+            # Nothing in flight will ever free memory: only this request's own locks (its
+            # reused path and the states on it) stand in the way. Admit it as a miss rather
+            # than answer a Wait that no finish could ever end.
+            self._unlock_admitted(locked, kv_locked)
+            locked = kv_locked = None
+            hit, demand = 0, whole
             short = self._ensure(demand)
         if short:
-            if locked is not None:
-                self.tree.unlock(locked)
+            self._unlock_admitted(locked, kv_locked)
             self.counters.waits += 1
             return Wait("memory is held by requests in flight", short)
         working = {kind: self.pool.alloc(kind, count) for kind, count in demand.items()}
+        spares = list(self.pool.alloc("recurrent", spare)) if spare else []
         budget = self.default_token_budget if token_budget is None else token_budget
         plan = self.checkpoint_policy.plan(
             PlanInput(
@@ -222,7 +237,13 @@ class HybridPrefixCache(CacheStates, CacheInspect):
             locked,
             source,
             working,
+            kv_locked=kv_locked,
+            spare_slots=spares,
         )
+        if spares:
+            lease.spare_for = result.kv_hit
+        if spares and not any(p.position <= n for p in plan.checkpoints):
+            self._free_spares(lease)
         self._next_id += 1
         self.leases[lease.request_id] = lease
         return lease
@@ -269,6 +290,11 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         existing = lease.checkpoints.get(position)
         if existing is not None:
             return existing[0]
+        if lease.spare_slots:
+            slot = lease.spare_slots.pop()
+            lease.checkpoints[position] = (slot, reason)
+            self.counters.checkpoints_recorded += 1
+            return slot
         if self._ensure({"recurrent": 1}):
             self.counters.checkpoints_skipped += 1
             return None
@@ -305,6 +331,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         else and the locks. Never half-inserts: if the KV cannot be placed, nothing is."""
         self._active(lease)
         self.clock += 1
+        self._free_spares(lease)
         key, ns = lease.full_key, lease.namespace
         total = len(key) // TOKEN_BYTES
         cached = total - total % self.page_size
@@ -352,6 +379,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         placed. Simulators call it; an engine that writes KV into pages at ``finish`` only
         (the reference engine) must not."""
         self._active(lease)
+        self._free_spares(lease)  # the prefill is done: no prefill checkpoint is left to take
         key, ns = lease.full_key, lease.namespace
         upto = lease.prompt_len - lease.prompt_len % self.page_size
         if upto <= lease.hit:
@@ -373,10 +401,11 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         due = {p: lease.checkpoints.pop(p) for p in sorted(lease.checkpoints) if p <= upto}
         stored, _refused = self._store_states(path, key, ns, due, upto)
         node = self._split_at(key, upto, ns)
-        self.tree.lock(node)
-        if lease.locked is not None:
-            self.tree.unlock(lease.locked)
-        lease.locked = node
+        # the prompt's KV stays locked (the request attends to it while decoding); the state
+        # there only if the preset pins it (the request itself never reads it again)
+        self.tree.lock(node, hold_state=self.pin_published_state)
+        self._unlock_lease(lease)
+        lease.locked, lease.holds_state = node, self.pin_published_state
         if lease.session is not None:
             self._claim(node, lease.session)
         return stored
@@ -387,6 +416,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         for kind, ids in lease.working.items():
             self.pool.free(kind, ids)
         lease.working = {}
+        self._free_spares(lease)
         for slot, _reason in lease.checkpoints.values():
             self.pool.free("recurrent", [slot])
         lease.checkpoints = {}
@@ -394,8 +424,7 @@ class HybridPrefixCache(CacheStates, CacheInspect):
         self._release(lease)
 
     def _release(self, lease: Lease) -> None:
-        if lease.locked is not None:
-            self.tree.unlock(lease.locked)
+        self._unlock_lease(lease)
         lease.active = False
         del self.leases[lease.request_id]
 

@@ -81,9 +81,14 @@ class CacheInspect(CacheMemory):
         for lease in self.leases.values():
             for kind, ids in lease.working.items():
                 held[kind] += len(ids)
-            held["recurrent"] = held.get("recurrent", 0) + len(lease.checkpoints)
+            held["recurrent"] = (
+                held.get("recurrent", 0) + len(lease.checkpoints) + len(lease.spare_slots)
+            )
         for kind, units in self.pool.units.items():
             assert held.get(kind, 0) == units, f"{kind}: pool has {units}, holders {held}"
-        locks = sum(1 for lease in self.leases.values() if lease.locked is not None)
+        locks = sum(
+            (lease.locked is not None) + (lease.kv_locked is not None)
+            for lease in self.leases.values()
+        )
         roots = [self.tree.root(ns) for ns in self.tree.namespaces()]
         assert sum(sum(c.lock_ref for c in r.children.values()) for r in roots) == locks

@@ -12,7 +12,7 @@ nothing at all when eviction could not make the demand fit.
 from __future__ import annotations
 
 from hycache.components.base import Component
-from hycache.components.full import PagedKVComponent
+from hycache.components.full import FullComponent, PagedKVComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.lease import Lease
 from hycache.memory.pool import MemoryPool
@@ -52,13 +52,13 @@ class CacheMemory:
         seen: set[Node] = set()
         held = dict.fromkeys(self.pool.budgets, 0)
         for lease in self.leases.values():
-            node = lease.locked
-            while node is not None and node.parent is not None and node not in seen:
-                seen.add(node)
-                for c in self.tree.components:
-                    if self.eviction.pinned(node, c):
-                        held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
-                node = node.parent
+            for node in (lease.kv_locked, lease.locked):
+                while node is not None and node.parent is not None and node not in seen:
+                    seen.add(node)
+                    for c in self.tree.components:
+                        if self.eviction.pinned(node, c):
+                            held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
+                    node = node.parent
         return held
 
     def _in_flight_bytes(self) -> dict[str, int]:
@@ -66,8 +66,10 @@ class CacheMemory:
         for lease in self.leases.values():
             for kind, ids in lease.working.items():
                 held[self.pool.resource_of(kind)] += len(ids) * self.pool.unit_bytes(kind)
-            for _slot, _reason in lease.checkpoints.values():
-                held[self.pool.resource_of("recurrent")] += self.pool.unit_bytes("recurrent")
+            slots = len(lease.checkpoints) + len(lease.spare_slots)
+            if slots:
+                resource = self.pool.resource_of("recurrent")
+                held[resource] += slots * self.pool.unit_bytes("recurrent")
         return held
 
     def _reclaimable(self) -> dict[str, int]:
@@ -137,9 +139,15 @@ class CacheMemory:
         if not isinstance(component, RecurrentComponent) or node.parent is None:
             self._state_reason.pop(node, None)
 
-    def _working_set(self, tokens: int) -> dict[str, int]:
-        """Units per kind a running request needs for ``tokens`` new tokens."""
-        demand = {c.kind: _ceil_div(tokens, self.page_size) for c in self.kv_components}
+    def _working_set(self, tokens: int, kv_in_place: int = 0) -> dict[str, int]:
+        """Units per kind a running request needs for ``tokens`` new tokens, the first
+        ``kv_in_place`` of which read cached full-attention KV in place (no pages of theirs)."""
+        demand = {
+            c.kind: _ceil_div(
+                tokens - (kv_in_place if isinstance(c, FullComponent) else 0), self.page_size
+            )
+            for c in self.kv_components
+        }
         if self.recurrent is not None:
             demand["recurrent"] = self.running_slots
         return demand

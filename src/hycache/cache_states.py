@@ -96,6 +96,10 @@ class CacheStates(CacheMemory):
                 self.tree.release(node, self.recurrent)
         return capped
 
+    def state_reason(self, node: Node) -> str:
+        """Why the state at ``node`` was checkpointed (a plan's reason, ``"unknown"`` if none)."""
+        return self._state_reason.get(node, "unknown")
+
     def state_reuse_rate(self, node: Node) -> float:
         """Hits per stored state so far, ``(hits + 1) / (stored + 2)``, of the checkpoint
         reason the state at ``node`` was taken for: how often states like it get reused."""

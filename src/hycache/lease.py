@@ -33,6 +33,15 @@ class Lease:
     source_state: int | None
     working: dict[str, Sequence[int]]
     checkpoints: dict[int, tuple[int, str]] = field(default_factory=dict)
+    #: whether the lock on ``locked`` also pins the state there (see ``RadixTree.lock``)
+    holds_state: bool = True
+    #: a KV-only lock deeper than ``locked``: attention matched past the state the request
+    #: resumes from, and it reads that cached KV in place while recomputing the state
+    kv_locked: Node | None = None
+    #: state slots reserved at admission for prefill checkpoints (freed when the prefill ends)
+    spare_slots: list[int] = field(default_factory=list)
+    #: the shared prefix length (its ``kv_hit``) whose missing state the spare was reserved for
+    spare_for: int | None = None
     fed: bytearray = field(default_factory=bytearray)
     active: bool = True
 

@@ -170,7 +170,7 @@ def test_a_passing_lock_pins_kv_but_not_the_states_it_passes() -> None:
     lower = f.put_state(tokens, 8)
     f.tree.lock(lower)
     full = f.component("full")
-    assert f.tree.lock_ends_at(lower) and not f.tree.lock_ends_at(upper)
+    assert f.tree.state_lock_ends_at(lower) and not f.tree.state_lock_ends_at(upper)
     assert f.tree.pinned(upper, full) and not f.tree.pinned(upper, f.recurrent)
     assert f.tree.pinned(lower, f.recurrent)
     with pytest.raises(CacheUsageError):
@@ -189,6 +189,43 @@ def test_a_passing_lock_pins_kv_but_not_the_states_it_passes() -> None:
     f.tree.unlock(again)
     f.tree.unlock(lower)
     f.check()
+
+
+def test_a_kv_only_lock_pins_kv_but_not_the_state_where_it_ends() -> None:
+    """``lock(hold_state=False)``: a request attends to the KV up to the node but will never
+    read the state there (it resumed higher up, or its prefill is done): the KV stays, the
+    state may go; a state-holding lock on the same node pins it again."""
+    f = Fixture()
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8]
+    f.tree.insert(tokens)
+    node = f.put_state(tokens, 8)
+    full = f.component("full")
+    f.tree.lock(node, hold_state=False)
+    assert node.lock_ref == 1 and not f.tree.state_lock_ends_at(node)
+    assert f.tree.pinned(node, full) and not f.tree.pinned(node, f.recurrent)
+    f.check()
+    f.tree.lock(node)
+    assert f.tree.pinned(node, f.recurrent)
+    with pytest.raises(CacheUsageError):
+        f.tree.release(node, f.recurrent)
+    f.tree.unlock(node)
+    f.tree.release(node, f.recurrent)
+    assert not f.recurrent.has(node)
+    with pytest.raises(CacheUsageError):
+        f.tree.release(node, full)
+    f.check()
+    f.tree.unlock(node, hold_state=False)
+    f.check()
+
+
+def test_integrity_catches_a_state_lock_without_a_lock() -> None:
+    f = Fixture()
+    tokens = [1, 2, 3, 4]
+    f.tree.insert(tokens)
+    node = f.put_state(tokens, 4)
+    node.state_ref = 1  # corrupt: a state lock that no lock ending here carries
+    with pytest.raises(AssertionError, match="state locks"):
+        f.tree.check_integrity()
 
 
 def test_unlock_prunes_empty_leaves() -> None:

@@ -148,6 +148,26 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
         "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
         "token_budget": Knob(None, int, "prefill token budget per chunk", "-", optional=True),
+        "read_matched_kv": Knob(
+            True,
+            bool,
+            "a request that recomputes tokens whose attention KV is cached (to rebuild its "
+            "state) reads that KV in place instead of holding pages of its own",
+            "-",
+        ),
+        "reserve_checkpoint_slot": Knob(
+            True,
+            bool,
+            "a request reserves a state slot for its prefill checkpoint when admitted (a full "
+            "pool would otherwise make it skip the state)",
+            "-",
+        ),
+        "pin_published_state": Knob(
+            False,
+            bool,
+            "a running request whose prefill is done pins the state at its prompt end",
+            "-",
+        ),
         "tune": Knob(
             True,
             bool,
@@ -326,6 +346,9 @@ def build_hycache(
         admission=_admission(k["admission"]),
         eviction=_hycache_eviction(str(k["eviction"]), bool(k["session_aware"])),
         token_budget=_budget(k["token_budget"]),
+        read_matched_kv=bool(k["read_matched_kv"]),
+        pin_published_state=bool(k["pin_published_state"]),
+        reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
         name="hycache",
     )
 

@@ -10,7 +10,9 @@ length ``end``::
                         └─── C [8,16)        KV pages of C hold positions 8..15
 
 ``lock_ref`` counts the locks whose path passes through the node; a locked node is never
-removed and its data is never dropped.
+removed and its attention KV is never dropped. ``state_ref`` counts those of them that also hold
+the recurrent state where they end (a request will copy it): only where one ends is the state
+pinned.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Node:
         "namespace",
         "parent",
         "start",
+        "state_ref",
     )
 
     def __init__(
@@ -51,6 +54,7 @@ class Node:
         self.children: dict[TokenKey, Node] = {}
         self.data: list[Any] = [None] * n_components
         self.lock_ref = 0
+        self.state_ref = 0
         self.namespace = namespace
         self.last_access = 0.0
         self.hits = 0

@@ -125,6 +125,7 @@ class RadixTree:
         cut = (at - node.start) * TOKEN_BYTES
         upper = Node(parent, node.key[:cut], node.start, len(self.components), node.namespace)
         upper.lock_ref = node.lock_ref
+        upper.state_ref = node.state_ref
         upper.last_access = node.last_access
         upper.hits = node.hits
         parent.children[node.key[:page]] = upper
@@ -244,34 +245,41 @@ class RadixTree:
         return [node for node in path if node.end <= matched]
 
     # ------------------------------------------------------------------ locks
-    def lock(self, node: Node) -> None:
-        """Pin ``node`` and its ancestors: none of them is removed or dropped until unlock."""
+    def lock(self, node: Node, *, hold_state: bool = True) -> None:
+        """Pin ``node`` and its ancestors: none of them is removed and no attention KV on them
+        is dropped until unlock. ``hold_state``: the lock also pins the state at ``node`` (a
+        request will resume from it); a lock without it pins KV only (a request attends to
+        that KV but never reads the state there)."""
         current: Node | None = node
         while current is not None and current.parent is not None:
             current.lock_ref += 1
+            current.state_ref += hold_state
             current = current.parent
 
-    def unlock(self, node: Node) -> None:
-        """Undo one ``lock(node)``."""
+    def unlock(self, node: Node, *, hold_state: bool = True) -> None:
+        """Undo one ``lock(node, hold_state=hold_state)``."""
         current: Node | None = node
         while current is not None and current.parent is not None:
             assert current.lock_ref > 0, f"unlock of an unlocked {current}"
+            assert current.state_ref >= hold_state, f"state unlock of {current} without one"
             current.lock_ref -= 1
+            current.state_ref -= hold_state
             current = current.parent
         self.prune(node)
 
     # ------------------------------------------------------------------ removal
     @staticmethod
-    def lock_ends_at(node: Node) -> bool:
-        """Whether some lock ends at ``node`` (rather than only passing through it)."""
-        return node.lock_ref > sum(child.lock_ref for child in node.children.values())
+    def state_lock_ends_at(node: Node) -> bool:
+        """Whether a state-holding lock ends at ``node`` (a request will resume from its
+        state), rather than only passing through it."""
+        return node.state_ref > sum(child.state_ref for child in node.children.values())
 
     def pinned(self, node: Node, component: Component) -> bool:
         """Whether ``component``'s data on ``node`` must stay: attention KV on any locked node;
-        a state only where a lock ends (the state a request resumes from)."""
+        a state only where a lock that holds it ends (the state a request resumes from)."""
         if not node.lock_ref:
             return False
-        return component.pinned_on_path or self.lock_ends_at(node)
+        return component.pinned_on_path or self.state_lock_ends_at(node)
 
     def release(self, node: Node, component: Component) -> None:
         """Drop ``component``'s data on ``node``; a leaf left with no data at all is removed
@@ -345,7 +353,7 @@ class RadixTree:
             stack = [root]
             while stack:
                 node = stack.pop()
-                child_locks = 0
+                child_locks = child_state_locks = 0
                 for key, child in node.children.items():
                     assert child.parent is node, f"{child} has a wrong parent"
                     assert child.namespace == namespace
@@ -359,9 +367,17 @@ class RadixTree:
                     for component in self.components:
                         component.check_node(child)
                     child_locks += child.lock_ref
+                    child_state_locks += child.state_ref
                     stack.append(child)
                 if node.parent is not None:
                     assert node.lock_ref >= child_locks, f"{node} lock_ref below its children's"
+                    assert child_state_locks <= node.state_ref <= node.lock_ref, (
+                        f"{node}: state locks beyond its locks or below its children's"
+                    )
+                    ending_state = node.state_ref - child_state_locks
+                    assert ending_state <= node.lock_ref - child_locks, (
+                        f"{node}: state locks beyond its locks ending there"
+                    )
 
     # ------------------------------------------------------------------ path-level drops
     def release_range(
