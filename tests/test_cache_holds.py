@@ -307,25 +307,25 @@ def test_a_spare_never_causes_an_endless_wait() -> None:
 
 
 # ====================================================================== value eviction pins
-@pytest.mark.parametrize("cheap", [True, False])
-@pytest.mark.parametrize("reason", ["tail", "branch"])
-def test_value_eviction_pins_a_passed_chain_state_unless_a_tail_guess_is_dear(
-    reason: str, cheap: bool
-) -> None:
-    """States at 64 (``reason``) and 256; the path forks at 128 with no state there. A request
-    resuming at 256 passes 64, the deepest state above the fork: kept for the next arrivals;
-    a tail guess only while a state is at most 1/64 of the budget. The state where it resumes
-    is pinned by its lock; once it published its prompt, the lock ending there holds KV only
-    and pins no state."""
-    spec = tiny_spec()
-    budget = spec.state_bytes * CHEAP_GUESS_SHARE - (0 if cheap else 1)
-    cache = make(
-        spec,
+def value_cache(budget: int = BIG) -> HybridPrefixCache:
+    return make(
+        tiny_spec(),
         budget,
-        planner=Points(prompt_end=False, branch=False),
+        planner=Points(prompt_end=False, branch=False, final=False),
         eviction=ValueEviction(),
         pin_published_state=False,
     )
+
+
+@pytest.mark.parametrize("reason", ["tail", "branch"])
+def test_value_eviction_pins_a_chain_state_others_pass(reason: str) -> None:
+    """States at 64 (``reason``) and 256; the path forks at 128 with no state there. A request
+    resuming at 256 passes 64, the deepest state above the fork: kept for the next arrivals
+    (even a tail guess: others pass it), however dear a state. The state where it resumes is
+    pinned by its lock; once it published its prompt, the lock ending there holds KV only and
+    pins no state."""
+    spec = tiny_spec()
+    cache = value_cache(spec.state_bytes * CHEAP_GUESS_SHARE - 1)
     doc = seq(0, 256)
     first = admit(cache, [*doc, *seq(5000, 16)])
     cache.record_checkpoint(first, 64, reason)
@@ -342,7 +342,7 @@ def test_value_eviction_pins_a_passed_chain_state_unless_a_tail_guess_is_dear(
     assert len(nodes[128].children) == 2
     eviction = cache.eviction
     assert eviction.pinned(nodes[256], cache.recurrent)
-    assert eviction.pinned(nodes[64], cache.recurrent) == (reason != "tail" or cheap)
+    assert eviction.pinned(nodes[64], cache.recurrent)
     cache.record_planned(lease, up_to=lease.prompt_len)
     cache.publish(lease)
     cache.check_integrity()
@@ -350,6 +350,35 @@ def test_value_eviction_pins_a_passed_chain_state_unless_a_tail_guess_is_dear(
     assert node is not None and node.end == 288 and cache.recurrent.has(node)
     assert not eviction.pinned(node, cache.recurrent)  # the published prompt's own state
     assert cache.tree.pinned(node, next(c for c in cache.tree.components if c.kind == "full"))
+    cache.extend(lease, seq(9000, 4))
+    finish(cache, lease)
+
+
+@pytest.mark.parametrize("cheap", [True, False])
+@pytest.mark.parametrize("reason", ["tail", "branch"])
+def test_an_own_tail_guess_is_kept_while_its_request_decodes_only_if_cheap_or_proven(
+    reason: str, cheap: bool
+) -> None:
+    """A request stored a state at 64 when it published its prompt and decodes behind it:
+    its own lock is the only one passing there. A tail guess stays pinned only while a
+    state is at most 1/64 of the budget, or once a request resumed from it."""
+    spec = tiny_spec()
+    cache = value_cache(spec.state_bytes * CHEAP_GUESS_SHARE - (0 if cheap else 1))
+    assert cache.recurrent is not None
+    doc = seq(0, 256)
+    lease = admit(cache, doc, max_new=4)
+    cache.record_checkpoint(lease, 64, reason)
+    assert cache.publish(lease) == [64]
+    cache.check_integrity()
+    (node,) = lease.published
+    assert node.end == 64 and not cache.passed_by_others(node)
+    pinned = cache.eviction.pinned(node, cache.recurrent)
+    assert pinned == (reason != "tail" or cheap)
+    resumed = admit(cache, [*doc[:64], *seq(7000, 16)])  # resumes from it once
+    assert resumed.hit == 64 and node.hits == 1
+    cache.abort(resumed)
+    assert cache.passed_by_others(node) is False
+    assert cache.eviction.pinned(node, cache.recurrent)  # proven now
     cache.extend(lease, seq(9000, 4))
     finish(cache, lease)
 

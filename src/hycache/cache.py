@@ -217,6 +217,7 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
             self.counters.cow_copies += source is not None
             if source is not None:
                 self.counters.reason_hits[self._state_reason.get(locked, "unknown")] += 1
+                locked.hits += 1
         path = [] if locked is None else locked.path_from_root()
         self.eviction.on_hit(path, locked)
         self._count_match(n, hit, result.kv_hit, list(result.path))
@@ -400,6 +401,7 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
         path = self._insert_path(key, ns, found)
         due = {p: lease.checkpoints.pop(p) for p in sorted(lease.checkpoints) if p <= upto}
         stored, _refused = self._store_states(path, key, ns, due, upto)
+        lease.published = [self._split_at(key, p, ns) for p in stored]
         node = self._split_at(key, upto, ns)
         # the prompt's KV stays locked (the request attends to it while decoding); the state
         # there only if the preset pins it (the request itself never reads it again)

@@ -42,6 +42,8 @@ class Lease:
     spare_slots: list[int] = field(default_factory=list)
     #: the shared prefix length (its ``kv_hit``) whose missing state the spare was reserved for
     spare_for: int | None = None
+    #: the nodes whose states ``publish`` stored (the request's own, passed by its own lock)
+    published: list[Node] = field(default_factory=list)
     fed: bytearray = field(default_factory=bytearray)
     active: bool = True
 

@@ -189,11 +189,12 @@ class ValueEviction(HeapEviction):
         it is a branch point, or the deepest state of its chain: a shared prefix's state is
         what the next arrivals resume from; an old turn of a conversation is not, and neither
         is the state at a lock that only holds KV (a request's published prompt, or the KV it
-        reads in place past its resume point). A ``tail`` guess is kept so only while that is
-        cheap (``_guesses_are_cheap``): on the Mooncake synthetic trace, engine mode, tails
-        are nearly all the reuse; where the budget holds a few dozen states, a pinned guess
-        costs a request's slot in a burst (shared-prefix, 40%: TTFT p95 0.33 s, 0.12 s
-        without)."""
+        reads in place past its resume point). A ``tail`` guess that only the request which
+        took it passes (it decodes behind it and never reads it) is kept so only once some
+        request resumed from it, or while that is cheap (``_guesses_are_cheap``): on the
+        Mooncake synthetic trace, engine mode, tails are nearly all the reuse; where the
+        budget holds a few dozen states, such a pinned guess costs a request's slot in a
+        burst (shared-prefix, 40%: TTFT p95 0.33 s, 0.12 s without)."""
         if super().pinned(node, component):
             return True
         if not (node.lock_ref > 0 and isinstance(component, RecurrentComponent)):
@@ -202,8 +203,12 @@ class ValueEviction(HeapEviction):
             return False  # locks only end here: KV-only locks (nobody will read this state)
         if len(node.children) > 1:
             return True  # a branch point: the fallback of every continuation below
-        if self.cache.state_reason(node) == "tail" and not self._guesses_are_cheap():
-            return False  # a tail guess, while a state is a sizeable share of memory
+        if (
+            self.cache.state_reason(node) == "tail"
+            and not (node.hits or self._guesses_are_cheap())
+            and not self.cache.passed_by_others(node)
+        ):
+            return False  # an unproven guess only its own request passes, and memory is dear
         return not self._superseded(node)
 
     def _guesses_are_cheap(self) -> bool:

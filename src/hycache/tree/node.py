@@ -12,7 +12,8 @@ length ``end``::
 ``lock_ref`` counts the locks whose path passes through the node; a locked node is never
 removed and its attention KV is never dropped. ``state_ref`` counts those of them that also hold
 the recurrent state where they end (a request will copy it): only where one ends is the state
-pinned.
+pinned. ``hits`` counts the requests that resumed from a state at the node (a split leaves it
+with the lower part, which keeps the node's end).
 """
 
 from __future__ import annotations

@@ -127,7 +127,6 @@ class RadixTree:
         upper.lock_ref = node.lock_ref
         upper.state_ref = node.state_ref
         upper.last_access = node.last_access
-        upper.hits = node.hits
         parent.children[node.key[:page]] = upper
         node.key = node.key[cut:]
         node.start = at
