@@ -120,6 +120,5 @@ class CacheHolds(CacheMemory):
     def passed_by_others(self, node: Node) -> bool:
         """Whether a lock passes through ``node`` (goes on below it) other than that of a
         request in flight which stored the state there when it published its prompt."""
-        passing = sum(child.lock_ref for child in node.children.values())
         owners = sum(node in lease.published for lease in self.leases.values())
-        return passing > owners
+        return self.tree.locks_passing(node) > owners

@@ -199,7 +199,7 @@ class ValueEviction(HeapEviction):
             return True
         if not (node.lock_ref > 0 and isinstance(component, RecurrentComponent)):
             return False
-        if not any(child.lock_ref for child in node.children.values()):
+        if not self.cache.tree.locks_passing(node):
             return False  # locks only end here: KV-only locks (nobody will read this state)
         if len(node.children) > 1:
             return True  # a branch point: the fallback of every continuation below

@@ -107,6 +107,10 @@ class CostModel:
         self._full_kv = spec.full.kv_bytes_per_token if spec.full is not None else 0
         self._swa_kv = swa.kv_bytes_per_token if swa is not None else 0
         self._window = swa.window if swa is not None else 0
+        # per-sequence constants of the hot path (spec properties recompute them per call)
+        self._kv_per_token = spec.kv_bytes_per_token
+        self._state_rw = 2 * spec.state_bytes
+        self._decode_flops: dict[int, float] = {}  # context -> one decode token's FLOPs
 
     def __repr__(self) -> str:
         return f"CostModel({self.spec.name!r}, {self.hw.name!r})"
@@ -126,7 +130,14 @@ class CostModel:
     def decode_flops(self, context_lens: Sequence[int]) -> float:
         """FLOPs of one decode step: per sequence with ``c`` context tokens
         ``spec.prefill_flops(c, 1) + 2 * vocab * hidden``."""
-        return sum(self.spec.prefill_flops(c, 1) + self.lm_head_flops for c in context_lens)
+        memo, head = self._decode_flops, self.lm_head_flops
+        total = 0.0
+        for c in context_lens:
+            flops = memo.get(c)
+            if flops is None:
+                flops = memo[c] = self.spec.prefill_flops(c, 1) + head
+            total += flops
+        return total
 
     # ------------------------------------------------------------------ bytes
 
@@ -150,9 +161,7 @@ class CostModel:
     def _sequence_bytes(self, context: int, new: int) -> int:
         """Non-weight bytes of one sequence in a step: KV read (context), KV written (new
         tokens), recurrent state read and written."""
-        return (
-            self.kv_bytes(context) + self.spec.kv_bytes_per_token * new + 2 * self.spec.state_bytes
-        )
+        return self.kv_bytes(context) + self._kv_per_token * new + self._state_rw
 
     def decode_bytes(self, context_lens: Sequence[int]) -> float:
         """Bytes one decode step over a batch reads and writes: the weights

@@ -9,11 +9,11 @@ length ``end``::
     root [0,0) ── A [0,8) ── B [8,12)        state of B = state at prefix length 12
                         └─── C [8,16)        KV pages of C hold positions 8..15
 
-``lock_ref`` counts the locks whose path passes through the node; a locked node is never
-removed and its attention KV is never dropped. ``state_ref`` counts those of them that also hold
-the recurrent state where they end (a request will copy it): only where one ends is the state
-pinned. ``hits`` counts the requests that resumed from a state at the node (a split leaves it
-with the lower part, which keeps the node's end).
+``lock_ref`` counts the locks whose path passes through or ends at the node; a locked node is
+never removed and its attention KV is never dropped. ``end_ref`` counts the locks ending at the
+node, ``state_ref`` those of them that also hold its recurrent state (a request will copy it):
+only they pin the state. ``hits`` counts the requests that resumed from a state at the node
+(a split leaves it with the lower part, which keeps the node's end).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ class Node:
         "children",
         "data",
         "end",
+        "end_ref",
         "hits",
         "key",
         "last_access",
@@ -55,6 +56,7 @@ class Node:
         self.children: dict[TokenKey, Node] = {}
         self.data: list[Any] = [None] * n_components
         self.lock_ref = 0
+        self.end_ref = 0
         self.state_ref = 0
         self.namespace = namespace
         self.last_access = 0.0

@@ -124,8 +124,7 @@ class RadixTree:
         page = self._page_bytes
         cut = (at - node.start) * TOKEN_BYTES
         upper = Node(parent, node.key[:cut], node.start, len(self.components), node.namespace)
-        upper.lock_ref = node.lock_ref
-        upper.state_ref = node.state_ref
+        upper.lock_ref = node.lock_ref  # every lock on the node passes the upper part
         upper.last_access = node.last_access
         parent.children[node.key[:page]] = upper
         node.key = node.key[cut:]
@@ -252,17 +251,22 @@ class RadixTree:
         current: Node | None = node
         while current is not None and current.parent is not None:
             current.lock_ref += 1
-            current.state_ref += hold_state
             current = current.parent
+        if node.parent is not None:
+            node.end_ref += 1
+            node.state_ref += hold_state
 
     def unlock(self, node: Node, *, hold_state: bool = True) -> None:
         """Undo one ``lock(node, hold_state=hold_state)``."""
+        if node.parent is not None:
+            assert node.end_ref > 0, f"unlock of {node}, where no lock ends"
+            assert node.state_ref >= hold_state, f"state unlock of {node} without one"
+            node.end_ref -= 1
+            node.state_ref -= hold_state
         current: Node | None = node
         while current is not None and current.parent is not None:
             assert current.lock_ref > 0, f"unlock of an unlocked {current}"
-            assert current.state_ref >= hold_state, f"state unlock of {current} without one"
             current.lock_ref -= 1
-            current.state_ref -= hold_state
             current = current.parent
         self.prune(node)
 
@@ -271,7 +275,12 @@ class RadixTree:
     def state_lock_ends_at(node: Node) -> bool:
         """Whether a state-holding lock ends at ``node`` (a request will resume from its
         state), rather than only passing through it."""
-        return node.state_ref > sum(child.state_ref for child in node.children.values())
+        return node.state_ref > 0
+
+    @staticmethod
+    def locks_passing(node: Node) -> int:
+        """How many locks go on below ``node`` (pass through it rather than end there)."""
+        return node.lock_ref - node.end_ref
 
     def pinned(self, node: Node, component: Component) -> bool:
         """Whether ``component``'s data on ``node`` must stay: attention KV on any locked node;
@@ -352,7 +361,7 @@ class RadixTree:
             stack = [root]
             while stack:
                 node = stack.pop()
-                child_locks = child_state_locks = 0
+                child_locks = 0
                 for key, child in node.children.items():
                     assert child.parent is node, f"{child} has a wrong parent"
                     assert child.namespace == namespace
@@ -366,16 +375,14 @@ class RadixTree:
                     for component in self.components:
                         component.check_node(child)
                     child_locks += child.lock_ref
-                    child_state_locks += child.state_ref
                     stack.append(child)
                 if node.parent is not None:
                     assert node.lock_ref >= child_locks, f"{node} lock_ref below its children's"
-                    assert child_state_locks <= node.state_ref <= node.lock_ref, (
-                        f"{node}: state locks beyond its locks or below its children's"
+                    assert node.lock_ref == child_locks + node.end_ref, (
+                        f"{node}: lock_ref is not its children's plus the locks ending there"
                     )
-                    ending_state = node.state_ref - child_state_locks
-                    assert ending_state <= node.lock_ref - child_locks, (
-                        f"{node}: state locks beyond its locks ending there"
+                    assert 0 <= node.state_ref <= node.end_ref, (
+                        f"{node}: state locks beyond the locks ending there"
                     )
 
     # ------------------------------------------------------------------ path-level drops
