@@ -240,9 +240,8 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
             working,
             kv_locked=kv_locked,
             spare_slots=spares,
+            spare_for=result.kv_hit if spares else None,
         )
-        if spares:
-            lease.spare_for = result.kv_hit
         if spares and not any(p.position <= n for p in plan.checkpoints):
             self._free_spares(lease)
         self._next_id += 1
@@ -401,7 +400,8 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
         path = self._insert_path(key, ns, found)
         due = {p: lease.checkpoints.pop(p) for p in sorted(lease.checkpoints) if p <= upto}
         stored, _refused = self._store_states(path, key, ns, due, upto)
-        lease.published = [self._split_at(key, p, ns) for p in stored]
+        lease.published = [self.tree.boundary_on_path(path, p) for p in stored]  # no split:
+        # a stored state sits at a node end, and _store_states kept ``path`` current
         node = self._split_at(key, upto, ns)
         # the prompt's KV stays locked (the request attends to it while decoding); the state
         # there only if the preset pins it (the request itself never reads it again)

@@ -91,7 +91,7 @@ class CacheHolds(CacheMemory):
         return not any(
             lease.spare_for == kv_hit
             and lease.namespace == namespace
-            and lease.key[: len(prefix)] == prefix
+            and lease.key.startswith(prefix)
             for lease in self.leases.values()
         )
 
