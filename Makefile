@@ -20,7 +20,7 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 run: $(STAMP_RUN)
-	$(BIN)/hycache conformance ../shared/conformance/*.json tests/conformance/*.json
+	$(BIN)/hycache conformance data/conformance/public/*.json data/conformance/own/*.json
 	$(BIN)/hycache compare --workload chat --requests 200 --model qwen3-next-80b-a3b \
 		--capacities 5%,10%,20%,40% --report report.html --json report.json
 

@@ -42,10 +42,10 @@ def main() -> None:
 
     import torch
 
+    from hycache.cache.presets import build_cache
     from hycache.engine.archs import init_model
     from hycache.engine.engine import Engine, EngineRequest
     from hycache.engine.model import load_model
-    from hycache.policy.presets import build_cache
 
     if args.threads:
         torch.set_num_threads(args.threads)

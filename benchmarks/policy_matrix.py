@@ -6,7 +6,7 @@
         [--policies vllm,sglang,marconi]
 
 Sources: the six built-in workloads (``--requests`` each, seed 0) and the two Mooncake traces in
-``../shared/data/traces``. Capacities are percentages of each source's unlimited footprint
+``data/traces``. Capacities are percentages of each source's unlimited footprint
 (``hycache.sim.simulate.footprint_bytes``). For each cell (source, mode, capacity) it prints
 every preset's token hit rate and, in engine mode, its TTFT p95, then whether `hycache` is
 >= the best other preset on hit rate (``hit``) and <= on TTFT p95 (``p95``), and the ratio of
@@ -36,9 +36,9 @@ from hycache.sim.simulate import (
 )
 from hycache.sim.trace import read_trace
 from hycache.sim.workloads import WORKLOADS, generate
-from hycache.spec import load_spec
+from hycache.spec.model import load_spec
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared/data/traces"
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 MOONCAKE = ("mooncake_conversation", "mooncake_synthetic")
 POLICIES = ("vllm", "sglang", "marconi", "hycache")
 
@@ -52,7 +52,7 @@ class Source:
 
     def __call__(self):  # type: ignore[no-untyped-def]
         if self.name in MOONCAKE:
-            return read_trace(TRACES / f"{self.name}.jsonl")
+            return read_trace(TRACES / f"{self.name}.jsonl.gz")
         return generate(self.name, requests=self.requests, seed=0)
 
 

@@ -16,16 +16,14 @@ import argparse
 import time
 from pathlib import Path
 
+from hycache.cli.units import parse_size
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, run_policy
 from hycache.sim.trace import read_trace
-from hycache.spec import load_spec
-from hycache.units import parse_size
+from hycache.spec.model import load_spec
 
-TRACE = (
-    Path(__file__).resolve().parents[1].parent / "shared/data/traces/mooncake_conversation.jsonl"
-)
+TRACE = Path(__file__).resolve().parents[1] / "data/traces/mooncake_conversation.jsonl.gz"
 TARGET_S = {"serial": 15.0, "engine": 60.0}
 
 

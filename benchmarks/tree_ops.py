@@ -30,9 +30,7 @@ from hycache.tree.keys import decode_tokens, encode_tokens, key_length
 from hycache.tree.radix import RadixTree
 
 BLOCK = 512
-DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[1].parent / "shared/data/traces/mooncake_conversation.jsonl"
-)
+DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "data/traces/mooncake_conversation.jsonl.gz"
 
 
 def expand(hash_ids: list[int], input_length: int) -> bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hycache.policy.presets import KNOBS
+from hycache.cache.presets import KNOBS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,9 +5,9 @@ The entry points: :class:`HybridPrefixCache` (the request lifecycle an engine dr
 :class:`ModelSpec` (what a model's layers cost).
 """
 
-from hycache.cache import HybridPrefixCache
-from hycache.policy.presets import build_cache
-from hycache.spec import ModelSpec
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.presets import build_cache
+from hycache.spec.model import ModelSpec
 
 __version__ = "0.1.0"
 __all__ = ["HybridPrefixCache", "ModelSpec", "build_cache"]

@@ -8,11 +8,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from hycache.cache.presets import build_cache
 from hycache.engine.engine import Engine, EngineRequest, RequestResult
 from hycache.engine.model import LoadedModel
 from hycache.engine.verify import POLICIES, compare, default_capacity, verify_cell
 from hycache.errors import ConfigError
-from hycache.policy.presets import build_cache
 
 VERIFIED = ("qwen3_next", "qwen3_5", "kimi_linear", "nemotron_h", "bamba", "gemma3")
 KNOBS: dict[str, dict[str, object]] = {

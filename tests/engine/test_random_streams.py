@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+from hycache.cache.presets import build_cache
 from hycache.engine.engine import Engine
 from hycache.engine.model import LoadedModel
 from hycache.engine.verify import POLICIES, compare
 from hycache.engine.workloads import SessionSource, Turn
-from hycache.policy.presets import build_cache
 
 EXAMPLES = int(os.environ.get("HYCACHE_ENGINE_EXAMPLES", "35"))
 

@@ -14,7 +14,7 @@ from hycache.errors import CapacityError, ConfigError
 from hycache.memory.layouts import shared_pool, split_pool, unified_layout, unified_pool
 from hycache.memory.pool import MemoryPool, UnitCost
 from hycache.memory.unbounded import UnboundedStore
-from hycache.spec import FullAttentionGroup, ModelSpec, RecurrentGroup, SlidingWindowGroup
+from hycache.spec.model import FullAttentionGroup, ModelSpec, RecurrentGroup, SlidingWindowGroup
 
 GIB = 1 << 30
 QWEN35 = ModelSpec.named("qwen3.5-27b")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hycache.policy.base import PlanInput
-from hycache.policy.hycache_planner import DEFAULT_TAIL, HycachePlanner
+from hycache.policy.checkpoint.hycache import DEFAULT_TAIL, HycachePlanner
 
 
 def plan_input(

@@ -13,11 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hycache.cache import HybridPrefixCache
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.lease import Lease
+from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
 from hycache.errors import ConfigError
-from hycache.lease import Lease
 from hycache.memory.layouts import shared_pool, split_pool
 from hycache.memory.pool import MemoryPool
 from hycache.policy.admission import AlwaysAdmit, SecondSighting
@@ -28,13 +29,12 @@ from hycache.policy.base import (
     PlanInput,
     PrefillPlan,
 )
-from hycache.policy.checkpoint import MarconiPlanner, SglangPlanner, VllmAlignPlanner
-from hycache.policy.chunks import chunk_ends
-from hycache.policy.eviction import COMPACT_SLACK, GDSFEviction, HeapEviction, LRUEviction
-from hycache.policy.hycache_planner import HycachePlanner
-from hycache.policy.marconi import ALPHA_GRID, MarconiEviction, tune_alpha
-from hycache.policy.presets import KNOBS, build_cache, resolve_knobs
-from hycache.spec import FullAttentionGroup, ModelSpec, RecurrentGroup
+from hycache.policy.checkpoint.chunks import chunk_ends
+from hycache.policy.checkpoint.hycache import HycachePlanner
+from hycache.policy.checkpoint.planners import MarconiPlanner, SglangPlanner, VllmAlignPlanner
+from hycache.policy.eviction.heap import COMPACT_SLACK, GDSFEviction, HeapEviction, LRUEviction
+from hycache.policy.eviction.marconi import ALPHA_GRID, MarconiEviction, tune_alpha
+from hycache.spec.model import FullAttentionGroup, ModelSpec, RecurrentGroup
 from hycache.tree.node import Node
 
 BIG = 1 << 40

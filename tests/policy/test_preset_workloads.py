@@ -31,15 +31,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from hycache.cache import HybridPrefixCache
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.lease import Lease, Wait
+from hycache.cache.presets import build_cache
 from hycache.components.full import PagedKVComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.components.swa import SlidingWindowComponent
+from hycache.conformance.reference import GroupConfig, ReferenceCache
 from hycache.errors import CapacityError
-from hycache.lease import Lease, Wait
-from hycache.policy.presets import build_cache
-from hycache.spec import FullAttentionGroup, ModelSpec, RecurrentGroup, SlidingWindowGroup
-from hycache.testing.reference import GroupConfig, ReferenceCache
+from hycache.spec.model import FullAttentionGroup, ModelSpec, RecurrentGroup, SlidingWindowGroup
 from hycache.tree.keys import decode_tokens
 from hycache.tree.node import Node
 

@@ -7,7 +7,7 @@ from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, run_policy
 from hycache.sim.workloads import generate
-from hycache.spec import load_spec
+from hycache.spec.model import load_spec
 
 
 def test_the_default_wins_unless_another_candidate_is_clearly_better() -> None:

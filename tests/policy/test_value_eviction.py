@@ -9,14 +9,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_policies import BIG, Fixed, run, seq, spec, victims
 
-from hycache.cache import HybridPrefixCache
-from hycache.lease import Lease
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.lease import Lease
+from hycache.cache.presets import build_cache
 from hycache.memory.layouts import shared_pool
 from hycache.policy.admission import AlwaysAdmit
-from hycache.policy.presets import build_cache
-from hycache.policy.value import ValueEviction
+from hycache.policy.eviction.value import ValueEviction
+from tests.policy.test_policies import BIG, Fixed, run, seq, spec, victims
 
 
 def make(policy: ValueEviction, *, every: int = 0, page: int = 16) -> HybridPrefixCache:

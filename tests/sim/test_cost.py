@@ -14,14 +14,14 @@ from hycache.errors import ConfigError
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import HARDWARE, Hardware, hardware
 from hycache.sim.params import NAMED_MOE, MoEShape, estimate_params, moe_shape_from_hf_config
-from hycache.spec import (
+from hycache.spec.model import (
     NAMED_SPECS,
     FullAttentionGroup,
     ModelSpec,
     RecurrentGroup,
     SlidingWindowGroup,
 )
-from hycache.spec_named import HF_CONFIGS
+from hycache.spec.named import HF_CONFIGS
 
 QWEN = "qwen3-next-80b-a3b"
 MS = 1e-3

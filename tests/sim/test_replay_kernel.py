@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from hycache.lease import Lease
-from hycache.policy.presets import build_cache
+from hycache.cache.lease import Lease
+from hycache.cache.presets import build_cache
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.replay import _Flight, replay_engine, replay_serial
 from hycache.sim.request import Request
-from hycache.spec import ModelSpec, RecurrentGroup, load_spec
+from hycache.spec.model import ModelSpec, RecurrentGroup, load_spec
 
 
 def request(rid: str, tokens: list[int], out: int, arrival: float) -> Request:

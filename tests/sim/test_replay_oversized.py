@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from hycache.policy.presets import build_cache
+from hycache.cache.presets import build_cache
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.replay import replay_engine
 from hycache.sim.request import Request
-from hycache.spec import load_spec
+from hycache.spec.model import load_spec
 
 
 def request(rid: str, tokens: list[int], out: int, arrival: float) -> Request:

@@ -15,9 +15,9 @@ from hycache.sim.request import Request
 from hycache.sim.simulate import SimulationConfig, run_policy
 from hycache.sim.trace import read_trace
 from hycache.sim.workloads import WORKLOADS, generate
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 POLICIES = ("vllm", "sglang", "marconi", "hycache")
 
 
@@ -26,7 +26,7 @@ def _sources() -> dict[str, Callable[[], Iterable[Request]]]:
         name: (lambda name=name: generate(name, requests=60, seed=1)) for name in WORKLOADS
     }
     for trace in ("mooncake_conversation", "mooncake_synthetic"):
-        path = TRACES / f"{trace}.jsonl"
+        path = TRACES / f"{trace}.jsonl.gz"
         if path.is_file():
             sources[trace] = lambda path=path: read_trace(path, limit=120)
     return sources
@@ -58,9 +58,6 @@ def test_no_policy_ever_holds_more_than_its_capacity(source: str, mode: str) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (TRACES / "mooncake_synthetic.jsonl").is_file(), reason="needs ../shared beside the repo"
-)
 @pytest.mark.parametrize("mode", ["serial", "engine"])
 def test_whole_synthetic_trace_never_overruns(mode: str) -> None:
     """Every policy over the whole Mooncake synthetic trace (3,993 requests, 5% of its
@@ -77,7 +74,7 @@ def test_whole_synthetic_trace_never_overruns(mode: str) -> None:
     capacity = 28_580_226_662
     for policy in POLICIES:
         result = run_policy(
-            config, policy, capacity, lambda: read_trace(TRACES / "mooncake_synthetic.jsonl")
+            config, policy, capacity, lambda: read_trace(TRACES / "mooncake_synthetic.jsonl.gz")
         )
         assert result.requests == 3993
         assert result.capacity_overrun_bytes == 0 and result.peak_bytes <= capacity, policy

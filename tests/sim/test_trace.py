@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import gzip
 import inspect
 import json
 from array import array
@@ -20,10 +21,9 @@ from hycache.sim.trace import FORMATS, count_requests, detect_format, read_trace
 from hycache.sim.trace_lines import MAX_TOKEN_ID, OUTPUT_ID_BASE, _ramp
 from hycache.tree.keys import decode_tokens, encode_tokens
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"  # ../shared
-CONVERSATION = TRACES / "mooncake_conversation.jsonl"
-SYNTHETIC = TRACES / "mooncake_synthetic.jsonl"
-needs_traces = pytest.mark.skipif(not CONVERSATION.is_file(), reason="Mooncake traces absent")
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
+CONVERSATION = TRACES / "mooncake_conversation.jsonl.gz"
+SYNTHETIC = TRACES / "mooncake_synthetic.jsonl.gz"
 
 
 def write_lines(path: Path, lines: list[Any]) -> Path:
@@ -241,14 +241,13 @@ def test_limit(tmp_path: Path) -> None:
         read_trace(path, limit=-1)
 
 
-@needs_traces
 def test_real_conversation_trace_streams_with_limit() -> None:
     assert detect_format(CONVERSATION) == "mooncake"
     assert detect_format(SYNTHETIC) == "mooncake"
     assert count_requests(CONVERSATION) == 12031
     requests = list(read_trace(CONVERSATION, limit=100))
     assert len(requests) == 100
-    with CONVERSATION.open() as handle:
+    with gzip.open(CONVERSATION, "rt") as handle:
         raw = [json.loads(next(handle)) for _ in range(100)]
     for request, line in zip(requests, raw, strict=True):
         assert request.prompt_len == line["input_length"]
@@ -312,7 +311,6 @@ def _token_hit_tokens(requests: list[Request]) -> tuple[int, int]:
     return hit, total
 
 
-@needs_traces
 @pytest.mark.slow
 def test_conversation_hit_rate_matches_the_hash_ids() -> None:
     """The expansion keeps exactly the sharing the hash ids describe (partial blocks included).
@@ -320,7 +318,7 @@ def test_conversation_hit_rate_matches_the_hash_ids() -> None:
     On the whole trace the hash ids give the documented infinite-cache KV hit rate 0.374; on
     the first 1,000 requests the expanded tokens give exactly the hits the hash ids give.
     """
-    with CONVERSATION.open() as handle:
+    with gzip.open(CONVERSATION, "rt") as handle:
         lines = [json.loads(text) for text in handle if text.strip()]
     hit, total = _hash_hit_tokens(lines)
     assert round(hit / total, 3) == 0.374

@@ -33,9 +33,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+from hycache.conformance.reference import GroupConfig, Key, ReferenceCache
+from hycache.conformance.tree_target import TreeTarget
 from hycache.errors import CacheUsageError
-from hycache.testing.reference import GroupConfig, Key, ReferenceCache
-from hycache.testing.tree_target import TreeTarget
 from hycache.tree.base import MatchResult
 from hycache.tree.node import Node
 

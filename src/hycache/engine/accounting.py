@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from hycache.errors import ConfigError
 
 if TYPE_CHECKING:
-    from hycache.cache import HybridPrefixCache
+    from hycache.cache.facade import HybridPrefixCache
     from hycache.engine.store import TensorStore
 
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from hycache.engine.transfer import StoreTransferMixin
 
 if TYPE_CHECKING:
+    from hycache.cache.lease import Lease
     from hycache.engine.request import RequestResult
     from hycache.engine.store import PrefixTags
-    from hycache.lease import Lease
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The reference engine: runs requests through a real model with a ``HybridPrefixCache``.
 
-Per request (see ``hycache.cache`` for the lease lifecycle):
+Per request (see ``hycache.cache.facade`` for the lease lifecycle):
 
 1. ``admit`` the prompt. On a hit, gather the KV pages of the path nodes up to ``lease.hit``
    (SWA layers: only the window before the hit), copy the cached state ``lease.source_state``
@@ -48,7 +48,8 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hycache.cache import HybridPrefixCache
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.lease import Lease, Wait
 from hycache.components.full import PagedKVComponent
 from hycache.engine.accounting import AccountingMixin
 from hycache.engine.checkpoints import CheckpointMixin, _Deferred
@@ -57,7 +58,6 @@ from hycache.engine.request import EngineRequest, ListSource, RequestResult, Req
 from hycache.engine.store import PrefixTags, TensorStore
 from hycache.engine.transfer import StoreTransferMixin
 from hycache.errors import CapacityError, ConfigError
-from hycache.lease import Lease, Wait
 from hycache.tree.keys import encode_tokens
 
 if TYPE_CHECKING:

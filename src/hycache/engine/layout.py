@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from hycache.errors import ConfigError
-from hycache.spec import (
+from hycache.spec.model import (
     DTYPE_BYTES,
     FullAttentionGroup,
     LayerGroup,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from hycache.engine.layout import CacheLayout, engine_spec, measure_layout
 from hycache.errors import ConfigError, SpecError
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
 if TYPE_CHECKING:
     import torch

@@ -23,11 +23,11 @@ from hycache.engine.store import PrefixTags
 if TYPE_CHECKING:
     import torch
 
-    from hycache.cache import HybridPrefixCache
+    from hycache.cache.facade import HybridPrefixCache
+    from hycache.cache.lease import Lease
     from hycache.components.full import PagedKVComponent
     from hycache.engine.model import LoadedModel
     from hycache.engine.store import TensorStore
-    from hycache.lease import Lease
 
 
 class StoreTransferMixin:

@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from hycache.cache.presets import KNOBS, build_cache
 from hycache.engine.archs import init_model
 from hycache.engine.engine import Engine, RequestResult
 from hycache.engine.workloads import SessionSource, generate_turns
 from hycache.errors import ConfigError
 from hycache.memory.layouts import unified_layout
-from hycache.policy.presets import KNOBS, build_cache
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
 if TYPE_CHECKING:
     import torch
 
-    from hycache.cache import HybridPrefixCache
+    from hycache.cache.facade import HybridPrefixCache
     from hycache.engine.model import LoadedModel
 
 #: float64 runs are bounded by the float32 islands in transformers' recurrent mixers (their

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from hycache.errors import ConfigError
 from hycache.memory.pool import MemoryPool, UnitCost
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hycache.cache import HybridPrefixCache
+    from hycache.cache.facade import HybridPrefixCache
     from hycache.components.base import Component
     from hycache.tree.node import Node
 

@@ -48,7 +48,7 @@ from hycache.sim.params import (
     estimate_params,
     moe_shape_from_hf_config,
 )
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
 # the cost model's whole interface, profiles and parameter counts included
 __all__ = [
@@ -91,7 +91,7 @@ class CostModel:
         self.spec = spec
         self.hw = hardware(hw) if isinstance(hw, str) else hw
         if moe == "auto":
-            from hycache.spec import NAMED_SPECS
+            from hycache.spec.model import NAMED_SPECS
 
             named = NAMED_SPECS.get(spec.name)
             moe = NAMED_MOE.get(spec.name) if named == spec else None

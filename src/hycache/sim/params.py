@@ -4,7 +4,7 @@ sizes. Norms, biases, conv taps and gate vectors are ignored (well under 1% for 
 models). The embedding and the LM head are ``vocab * hidden`` each unless tied. Total
 parameters need the MoE shape (``MoEShape``), which a spec does not hold: the built-in MoE
 models have theirs in ``NAMED_MOE`` (derived from the same published ``config.json`` fields
-``hycache.spec_named`` uses); for other models pass one, or the model is treated as dense
+``hycache.spec.named`` uses); for other models pass one, or the model is treated as dense
 (total = active). Qwen3-Next-80B-A3B comes out at 79.7B total / 3.87B active parameters.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from hycache.errors import ConfigError
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +67,7 @@ def _cfg_int(cfg: Mapping[str, object], *keys: str, default: int | None = None) 
 def moe_shape_from_hf_config(config: Mapping[str, object]) -> MoEShape | None:
     """The MoE shape of a HF ``config.json`` dict; None for a dense model or another type.
 
-    Supports the MoE families ``hycache.spec_hf`` parses: qwen3_next / qwen3_5_moe (gated
+    Supports the MoE families ``hycache.spec.hf.parse`` parses: qwen3_next / qwen3_5_moe (gated
     experts of ``moe_intermediate_size``, every ``decoder_sparse_step``-th layer not in
     ``mlp_only_layers``), kimi_linear (from ``first_k_dense_replace`` every ``moe_layer_freq``-th
     layer), nemotron_h (``E`` entries of ``hybrid_override_pattern``, ungated relu2 experts on
@@ -129,7 +129,7 @@ def moe_shape_from_hf_config(config: Mapping[str, object]) -> MoEShape | None:
 
 
 def _named_moe() -> Mapping[str, MoEShape]:
-    from hycache.spec_named import HF_CONFIGS
+    from hycache.spec.named import HF_CONFIGS
 
     shapes = {name: moe_shape_from_hf_config(cfg) for name, cfg in HF_CONFIGS.items()}
     return MappingProxyType({name: s for name, s in shapes.items() if s is not None})

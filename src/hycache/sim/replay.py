@@ -26,10 +26,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hycache.cache import HybridPrefixCache
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.lease import Lease, Wait
 from hycache.errors import CapacityError
-from hycache.lease import Lease, Wait
-from hycache.policy.chunks import in_kernel
+from hycache.policy.checkpoint.chunks import in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
 from hycache.sim.request import Request

@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hycache.cache import HybridPrefixCache
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
 from hycache.errors import ConfigError
-from hycache.policy.marconi import tune_alpha
-from hycache.policy.presets import KNOBS, build_cache, resolve_knobs
+from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
 from hycache.sim.replay import replay_engine, replay_serial
 from hycache.sim.request import Request
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
 #: A re-iterable source of requests (a trace is read again for every policy).
 Source = Callable[[], Iterable[Request]]

@@ -31,13 +31,16 @@ tokens. A trace that only gives an output length gets ids from the reserved rang
 request and never equal to a prompt id. Timestamps need not
 be sorted: requests are yielded in file order and a replayer decides what to do with them.
 Extra keys are tolerated in the two external formats (Mooncake, Marconi), not in hycache's own.
+A file whose name ends in ``.gz`` is read through gzip.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Callable, Iterator
+from typing import IO
 
 from hycache.errors import ConfigError, InputError
 from hycache.sim.request import Request
@@ -100,11 +103,18 @@ def _format_of(obj: Obj) -> str:
     )
 
 
+def open_trace(path: PathLike) -> IO[bytes]:
+    """Open a trace for binary reading; a name ending in ``.gz`` is read through gzip."""
+    if os.fspath(path).endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]  # a binary file object
+    return open(path, "rb")
+
+
 def _lines(path: PathLike) -> Iterator[tuple[int, bytes]]:
     """(line number, raw line) of every non-blank line; an unreadable file as InputError."""
     name = os.fspath(path)
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
+        handle = open_trace(path)
     except OSError as exc:
         raise InputError(name, f"cannot open trace: {exc.strerror or exc}") from None
     with handle:
@@ -186,7 +196,7 @@ def count_requests(path: PathLike) -> int:
     count = 0
     header_checked = False
     try:
-        with open(path, "rb") as handle:
+        with open_trace(path) as handle:
             for raw in handle:
                 if not raw.strip():
                     continue

@@ -36,7 +36,7 @@ from hycache.errors import ConfigError
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import Hardware
 from hycache.sim.trace_stats import TraceStats
-from hycache.spec import ModelSpec
+from hycache.spec.model import ModelSpec
 
 DEFAULT_HOLD_S = 60.0
 """Seconds a checkpoint is held until reused when the trace gives no turn gap."""

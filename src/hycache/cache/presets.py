@@ -1,0 +1,376 @@
+"""Presets: named bundles of pool layout + checkpoint + admission + eviction policies, with
+knobs named like the real systems' flags. ``build_cache(spec, capacity, preset, **knobs)``.
+
+See docs/presets.md for what each preset mirrors upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hycache.errors import ConfigError
+from hycache.memory.layouts import shared_pool, split_pool, unified_layout, unified_pool
+from hycache.policy.admission import AlwaysAdmit, SecondSighting
+from hycache.policy.base import AdmissionPolicy, EvictionPolicy
+from hycache.policy.checkpoint.hycache import HycachePlanner
+from hycache.policy.checkpoint.planners import MarconiPlanner, SglangPlanner, VllmAlignPlanner
+from hycache.policy.eviction.heap import GDSFEviction, LRUEviction
+from hycache.policy.eviction.marconi import MarconiEviction
+from hycache.policy.eviction.value import ValueEviction
+from hycache.spec.model import ModelSpec
+
+if TYPE_CHECKING:
+    from hycache.cache.facade import HybridPrefixCache
+
+KnobValue = int | float | str | bool | None
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One preset setting: its default, allowed values and the upstream flag it mirrors."""
+
+    default: KnobValue
+    kind: type
+    doc: str
+    upstream: str
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+
+
+KNOBS: dict[str, dict[str, Knob]] = {
+    "vllm": {
+        "block_size": Knob(16, int, "configured block size (kalign = max(16, it))", "--block-size"),
+        "mamba_cache_mode": Knob(
+            "align",
+            str,
+            "align: states only where a chunk ends on the block grid; none: no "
+            "prefix caching of states",
+            "--mamba-cache-mode",
+            ("align", "none"),
+        ),
+        "retention_interval": Knob(
+            0,
+            int,
+            "None: keep every chunk-end state; 0: prompt end + shared-prefix boundary; "
+            "N: also one per N tokens",
+            "VLLM_PREFIX_CACHE_RETENTION_INTERVAL (#45845)",
+            optional=True,
+        ),
+        "scheduler_grid": Knob(
+            "min",
+            str,
+            "grid the scheduler cuts chunks on: the smallest block of all groups "
+            "(main, bug #54076) or the recurrent group's block (the fix)",
+            "scheduler.py cache_config.block_size / #54076",
+            ("min", "mamba"),
+        ),
+        "other_block_sizes": Knob(
+            "",
+            str,
+            "comma-separated block sizes of other cache groups (drafter, SWA)",
+            "kv_cache_groups",
+        ),
+        "admission": Knob(
+            "always",
+            str,
+            "second_sighting: Marconi-style admission of states",
+            "#37898 / #47782",
+            ("always", "second_sighting"),
+        ),
+        "max_num_batched_tokens": Knob(
+            8192, int, "prefill token budget per step", "--max-num-batched-tokens", optional=True
+        ),
+        "offgrid": Knob(
+            "drop",
+            str,
+            "what happens to a state off the grid (misplace = the "
+            "bug: published at the grid position below)",
+            "#54076",
+            ("drop", "misplace"),
+        ),
+    },
+    "sglang": {
+        "strategy": Knob(
+            "no_buffer",
+            str,
+            "mamba scheduler strategy",
+            "--mamba-scheduler-strategy",
+            ("no_buffer", "extra_buffer"),
+        ),
+        "page_size": Knob(1, int, "KV page size in tokens (no_buffer needs 1)", "--page-size"),
+        "track_interval": Knob(
+            256, int, "decode tokens between tracked states", "--mamba-track-interval"
+        ),
+        "mamba_full_memory_ratio": Knob(
+            0.9,
+            float,
+            "state pool : KV pool memory ratio r (states get r/(1+r))",
+            "--mamba-full-memory-ratio",
+        ),
+        "max_states_per_path": Knob(
+            None, int, "cap on states along one path", "--mamba-max-states-per-path", optional=True
+        ),
+        "session_aware": Knob(
+            False,
+            bool,
+            "entries of live sessions are evicted last",
+            "session-aware HiCache eviction",
+        ),
+        "chunked_prefill_size": Knob(
+            8192, int, "prefill token budget per chunk", "--chunked-prefill-size", optional=True
+        ),
+    },
+    "marconi": {
+        "alpha": Knob(1.0, float, "weight of FLOP efficiency against recency", "alpha"),
+        "bootstrap_multiplier": Knob(
+            5,
+            int,
+            "bootstrap window for tuning alpha, in multiples "
+            "of the requests that fill the cache once",
+            "bootstrap_multiplier",
+        ),
+        "page_size": Knob(1, int, "radix tree granularity (token-level in the paper)", "-"),
+    },
+    "hycache": {
+        "page_size": Knob(1, int, "radix tree granularity in tokens", "-"),
+        "interval": Knob(0, int, "extra checkpoint every N prompt tokens (0: none)", "-"),
+        "adaptive": Knob(True, bool, "skip checkpoint kinds that are rarely reused", "-"),
+        "eviction": Knob(
+            "value",
+            str,
+            "GreedyDual-Size over the marginal compute saved (value), plain GreedyDual-Size "
+            "(gds), with frequency (gdsf), or lru",
+            "-",
+            ("value", "gds", "gdsf", "lru"),
+        ),
+        "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
+        "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
+        "token_budget": Knob(None, int, "prefill token budget per chunk", "-", optional=True),
+        "read_matched_kv": Knob(
+            True,
+            bool,
+            "a request that recomputes tokens whose attention KV is cached (to rebuild its "
+            "state) reads that KV in place instead of holding pages of its own",
+            "-",
+        ),
+        "reserve_checkpoint_slot": Knob(
+            True,
+            bool,
+            "a request reserves a state slot for its prefill checkpoint when admitted (a full "
+            "pool would otherwise make it skip the state)",
+            "-",
+        ),
+        "pin_published_state": Knob(
+            False,
+            bool,
+            "a running request whose prefill is done pins the state at its prompt end",
+            "-",
+        ),
+        "tune": Knob(
+            True,
+            bool,
+            "pick eviction and adaptive once by replaying a bootstrap window (the simulator "
+            "does it when neither is set), as Marconi picks alpha",
+            "-",
+        ),
+        "bootstrap_multiplier": Knob(
+            5,
+            int,
+            "bootstrap window for tuning, in multiples of the requests that fill the cache once",
+            "-",
+        ),
+    },
+}
+
+
+def _coerce(preset: str, name: str, value: object) -> KnobValue:
+    knob = KNOBS[preset][name]
+    null = isinstance(value, str) and value.lower() in ("none", "null")
+    if value is None or (null and value not in knob.choices):  # "none" may be a choice
+        if knob.optional or knob.default is None:
+            return None
+        raise ConfigError(f"{preset}.{name} cannot be None")
+    try:
+        if knob.kind is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1")
+            return bool(value)
+        if knob.kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(value)
+        coerced: KnobValue = knob.kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{preset}.{name}: {value!r} is not a valid {knob.kind.__name__}"
+        ) from None
+    if knob.choices and coerced not in knob.choices:
+        raise ConfigError(f"{preset}.{name}: {coerced!r} is not one of {knob.choices}")
+    if isinstance(coerced, int | float) and not isinstance(coerced, bool) and coerced < 0:
+        raise ConfigError(f"{preset}.{name} must be >= 0, got {coerced}")
+    return coerced
+
+
+def resolve_knobs(preset: str, overrides: Mapping[str, object]) -> dict[str, KnobValue]:
+    """Defaults of ``preset`` with ``overrides`` applied and checked."""
+    if preset not in KNOBS:
+        raise ConfigError(f"unknown preset {preset!r}; known: {', '.join(KNOBS)}")
+    unknown = sorted(set(overrides) - set(KNOBS[preset]))
+    if unknown:
+        raise ConfigError(f"unknown knob {preset}.{unknown[0]}; known: {', '.join(KNOBS[preset])}")
+    values = {name: knob.default for name, knob in KNOBS[preset].items()}
+    for name, value in overrides.items():
+        values[name] = _coerce(preset, name, value)
+    return values
+
+
+def _admission(name: object) -> AdmissionPolicy:
+    return SecondSighting() if name == "second_sighting" else AlwaysAdmit()
+
+
+def _positive(preset: str, name: str, value: KnobValue) -> int:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{preset}.{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _budget(value: KnobValue) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"a prefill token budget must be a positive integer, got {value!r}")
+    return value
+
+
+def build_vllm(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
+    from hycache.cache.facade import HybridPrefixCache
+
+    block_size = _positive("vllm", "block_size", k["block_size"])
+    pool = unified_pool(spec, capacity, block_size, track_ids=track_ids)
+    block = unified_layout(spec, block_size).attn_block
+    others = [int(x) for x in str(k["other_block_sizes"]).split(",") if x.strip()]
+    grid = block if k["scheduler_grid"] == "mamba" else min([block, *others])
+    retention = k["retention_interval"]
+    assert retention is None or isinstance(retention, int)
+    planner = VllmAlignPlanner(block, grid, retention)
+    return HybridPrefixCache(
+        spec,
+        pool,
+        page_size=block,
+        checkpoint=planner,
+        admission=_admission(k["admission"]),
+        eviction=LRUEviction(),
+        offgrid=str(k["offgrid"]),
+        token_budget=_budget(k["max_num_batched_tokens"]),
+        states_enabled=k["mamba_cache_mode"] == "align",
+        name="vllm",
+    )
+
+
+def build_sglang(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
+    from hycache.cache.facade import HybridPrefixCache
+
+    page = _positive("sglang", "page_size", k["page_size"])
+    strategy = str(k["strategy"])
+    if strategy == "no_buffer" and page != 1:
+        raise ConfigError("sglang.strategy=no_buffer needs page_size 1 (use extra_buffer)")
+    interval = _positive("sglang", "track_interval", k["track_interval"])
+    if interval % page:
+        raise ConfigError(f"sglang.track_interval {interval} must be a multiple of page {page}")
+    ratio = k["mamba_full_memory_ratio"]
+    assert isinstance(ratio, float)
+    pool = split_pool(spec, capacity, page, ratio, track_ids=track_ids)
+    cap = k["max_states_per_path"]
+    assert cap is None or isinstance(cap, int)
+    return HybridPrefixCache(
+        spec,
+        pool,
+        page_size=page,
+        checkpoint=SglangPlanner(strategy, page, interval),
+        admission=AlwaysAdmit(),
+        eviction=LRUEviction(refresh_state_path=False, session_aware=bool(k["session_aware"])),
+        running_slots=3 + (2 if strategy == "extra_buffer" else 0),
+        max_states_per_path=cap,
+        token_budget=_budget(k["chunked_prefill_size"]),
+        name="sglang",
+    )
+
+
+def build_marconi(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
+    from hycache.cache.facade import HybridPrefixCache
+
+    page = _positive("marconi", "page_size", k["page_size"])
+    alpha = k["alpha"]
+    assert isinstance(alpha, float)
+    return HybridPrefixCache(
+        spec,
+        shared_pool(spec, capacity, page, track_ids=track_ids),
+        page_size=page,
+        checkpoint=MarconiPlanner(),
+        admission=AlwaysAdmit(),
+        eviction=MarconiEviction(alpha),
+        max_states_per_path=None,
+        name="marconi",
+    )
+
+
+def _hycache_eviction(name: str, session_aware: bool) -> EvictionPolicy:
+    if name == "lru":
+        return LRUEviction(session_aware=session_aware)
+    if name == "value":
+        return ValueEviction(session_aware=session_aware)
+    return GDSFEviction(session_aware=session_aware, use_frequency=name == "gdsf")
+
+
+def build_hycache(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
+    from hycache.cache.facade import HybridPrefixCache
+
+    page = _positive("hycache", "page_size", k["page_size"])
+    interval = k["interval"]
+    assert isinstance(interval, int)
+    return HybridPrefixCache(
+        spec,
+        shared_pool(spec, capacity, page, track_ids=track_ids),
+        page_size=page,
+        checkpoint=HycachePlanner(interval, adaptive=bool(k["adaptive"])),
+        admission=_admission(k["admission"]),
+        eviction=_hycache_eviction(str(k["eviction"]), bool(k["session_aware"])),
+        token_budget=_budget(k["token_budget"]),
+        read_matched_kv=bool(k["read_matched_kv"]),
+        pin_published_state=bool(k["pin_published_state"]),
+        reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
+        name="hycache",
+    )
+
+
+BUILDERS: dict[str, Callable[[ModelSpec, int, dict[str, KnobValue], bool], HybridPrefixCache]] = {
+    "vllm": build_vllm,
+    "sglang": build_sglang,
+    "marconi": build_marconi,
+    "hycache": build_hycache,
+}
+
+
+def build_cache(
+    spec: ModelSpec,
+    capacity_bytes: int,
+    preset: str = "hycache",
+    *,
+    track_ids: bool = True,
+    **knobs: object,
+) -> HybridPrefixCache:
+    """A cache for ``spec`` holding at most ``capacity_bytes``, configured like ``preset``.
+    Unknown presets or knobs and invalid values raise ConfigError naming them.
+    ``track_ids=False``: accounting only (the simulator), no real page/slot ids."""
+    values = resolve_knobs(preset, knobs)
+    return BUILDERS[preset](spec, capacity_bytes, values, track_ids)

@@ -1,0 +1,281 @@
+"""Conformance scenarios (DESIGN.md section 4): load, validate, run against a cache.
+
+A scenario file is JSON: ``name``, ``page_size``, ``groups`` and ``steps``; each step is an
+``insert``, a ``match`` (with expected ``hit`` and ``kv_hit``) or a ``drop``. Loading checks
+the whole file first (unknown keys, types, page alignment), so a malformed scenario is reported
+with its file and reason before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from hycache.conformance.reference import GroupConfig
+from hycache.errors import CacheUsageError, ScenarioError
+
+GROUP_KINDS = ("full", "swa", "recurrent")
+
+
+@dataclass(frozen=True)
+class Insert:
+    tokens: tuple[int, ...]
+    states_at: tuple[int, ...]
+    namespace: str | None
+
+
+@dataclass(frozen=True)
+class Match:
+    tokens: tuple[int, ...]
+    hit: int
+    kv_hit: int
+    namespace: str | None
+
+
+@dataclass(frozen=True)
+class Drop:
+    kind: str
+    tokens: tuple[int, ...]
+    start: int  # "at" for recurrent, range start for swa, "from" for full
+    end: int | None  # range end for swa; None otherwise
+    namespace: str | None
+
+
+Step = Insert | Match | Drop
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: str
+    page_size: int
+    groups: tuple[GroupConfig, ...]
+    steps: tuple[Step, ...]
+
+
+class ScenarioTarget(Protocol):
+    """What a scenario drives: the real cache (an adapter) or the reference model."""
+
+    def insert(
+        self, tokens: Sequence[int], states_at: Sequence[int] = (), namespace: str | None = None
+    ) -> None: ...
+
+    def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]: ...
+
+    def drop_recurrent(
+        self, tokens: Sequence[int], at: int, namespace: str | None = None
+    ) -> None: ...
+
+    def drop_swa(
+        self, tokens: Sequence[int], start: int, end: int, namespace: str | None = None
+    ) -> None: ...
+
+    def drop_full(
+        self, tokens: Sequence[int], start: int, namespace: str | None = None
+    ) -> None: ...
+
+
+TargetFactory = Callable[[int, Sequence[GroupConfig]], ScenarioTarget]
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A match step whose result differs from the scenario's expectation."""
+
+    scenario: str
+    path: str
+    step: int
+    tokens: tuple[int, ...]
+    expected: tuple[int, int]
+    actual: tuple[int, int]
+
+    def describe(self) -> str:
+        shown = list(self.tokens) if len(self.tokens) <= 16 else f"{len(self.tokens)} tokens"
+        return (
+            f"scenario {self.scenario!r} ({self.path}) step {self.step}: match {shown}\n"
+            f"  expected hit={self.expected[0]} kv_hit={self.expected[1]}\n"
+            f"  actual   hit={self.actual[0]} kv_hit={self.actual[1]}"
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    scenario: Scenario
+    matches_checked: int
+    mismatch: Mismatch | None
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatch is None
+
+
+# ---------------------------------------------------------------------- loading
+class _Reader:
+    """Validates one scenario's JSON, raising ScenarioError with the file and the reason."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, reason: str) -> ScenarioError:
+        return ScenarioError(self.path, reason)
+
+    def keys(self, obj: dict[str, Any], where: str, required: set[str], allowed: set[str]) -> None:
+        unknown = sorted(set(obj) - required - allowed)
+        if unknown:
+            raise self.fail(f"{where}: unknown key {unknown[0]!r}")
+        missing = sorted(required - set(obj))
+        if missing:
+            raise self.fail(f"{where}: missing key {missing[0]!r}")
+
+    def integer(self, value: Any, where: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(f"{where}: expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def tokens(self, value: Any, where: str) -> tuple[int, ...]:
+        if not isinstance(value, list):
+            raise self.fail(f"{where}: expected a list of token ids, got {value!r}")
+        return tuple(self.integer(t, f"{where}[{i}]") for i, t in enumerate(value))
+
+    def aligned(self, value: Any, where: str, page: int) -> int:
+        position = self.integer(value, where)
+        if position % page:
+            raise self.fail(f"{where}: position {position} is not a multiple of page_size {page}")
+        return position
+
+    def namespace(self, step: dict[str, Any], where: str) -> str | None:
+        value = step.get("namespace")
+        if value is not None and not isinstance(value, str):
+            raise self.fail(f"{where}: namespace must be a string, got {value!r}")
+        return value
+
+    def group(self, raw: Any, where: str) -> GroupConfig:
+        if not isinstance(raw, dict):
+            raise self.fail(f"{where}: expected an object")
+        kind = raw.get("kind")
+        if kind not in GROUP_KINDS:
+            raise self.fail(f"{where}: kind must be one of {GROUP_KINDS}, got {kind!r}")
+        if kind == "swa":
+            self.keys(raw, where, {"kind", "window"}, set())
+            return GroupConfig("swa", self.integer(raw["window"], f"{where}.window", 1))
+        self.keys(raw, where, {"kind"}, set())
+        return GroupConfig(kind)
+
+    def step(self, raw: Any, where: str, page: int, kinds: set[str]) -> Step:
+        if not isinstance(raw, dict):
+            raise self.fail(f"{where}: expected an object")
+        verbs = [v for v in ("insert", "match", "drop") if v in raw]
+        if len(verbs) != 1:
+            raise self.fail(f"{where}: needs exactly one of insert, match, drop")
+        ns = self.namespace(raw, where)
+        if verbs[0] == "insert":
+            self.keys(raw, where, {"insert"}, {"states_at", "namespace"})
+            tokens = self.tokens(raw["insert"], f"{where}.insert")
+            states = raw.get("states_at", [])
+            if not isinstance(states, list):
+                raise self.fail(f"{where}.states_at: expected a list")
+            cached = len(tokens) - len(tokens) % page
+            checked = []
+            for i, p in enumerate(states):
+                p = self.aligned(p, f"{where}.states_at[{i}]", page)
+                if not 0 < p <= cached:
+                    raise self.fail(f"{where}.states_at[{i}]: {p} is outside (0, {cached}]")
+                checked.append(p)
+            if checked and "recurrent" not in kinds:
+                raise self.fail(f"{where}.states_at: the scenario has no recurrent group")
+            return Insert(tokens, tuple(checked), ns)
+        if verbs[0] == "match":
+            self.keys(raw, where, {"match", "hit", "kv_hit"}, {"namespace"})
+            return Match(
+                self.tokens(raw["match"], f"{where}.match"),
+                self.integer(raw["hit"], f"{where}.hit"),
+                self.integer(raw["kv_hit"], f"{where}.kv_hit"),
+                ns,
+            )
+        kind = raw["drop"]
+        if kind not in kinds:
+            raise self.fail(f"{where}.drop: {kind!r} is not a group of this scenario")
+        position_key = {"recurrent": "at", "swa": "range", "full": "from"}[kind]
+        self.keys(raw, where, {"drop", "tokens", position_key}, {"namespace"})
+        tokens = self.tokens(raw["tokens"], f"{where}.tokens")
+        if kind == "swa":
+            bounds = raw["range"]
+            if not isinstance(bounds, list) or len(bounds) != 2:
+                raise self.fail(f"{where}.range: expected [start, end]")
+            start = self.aligned(bounds[0], f"{where}.range[0]", page)
+            end = self.aligned(bounds[1], f"{where}.range[1]", page)
+            if end < start or end > len(tokens):
+                raise self.fail(f"{where}.range: [{start}, {end}) is not within the tokens")
+            return Drop(kind, tokens, start, end, ns)
+        start = self.aligned(raw[position_key], f"{where}.{position_key}", page)
+        if start > len(tokens) or (kind == "recurrent" and start == 0):
+            raise self.fail(f"{where}.{position_key}: {start} is not a position of the tokens")
+        return Drop(kind, tokens, start, None, ns)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate one scenario file. Raises ScenarioError naming file and reason."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(name, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        reason = f"bad JSON: {exc.msg} (column {exc.colno})"
+        raise ScenarioError(name, reason, line=exc.lineno) from None
+    reader = _Reader(name)
+    if not isinstance(raw, dict):
+        raise reader.fail("top level: expected an object")
+    reader.keys(raw, "top level", {"name", "page_size", "groups", "steps"}, set())
+    if not isinstance(raw["name"], str):
+        raise reader.fail("name: expected a string")
+    page = reader.integer(raw["page_size"], "page_size", 1)
+    if not isinstance(raw["groups"], list) or not raw["groups"]:
+        raise reader.fail("groups: expected a non-empty list")
+    groups = tuple(reader.group(g, f"groups[{i}]") for i, g in enumerate(raw["groups"]))
+    if not isinstance(raw["steps"], list):
+        raise reader.fail("steps: expected a list")
+    kinds = {g.kind for g in groups}
+    steps = tuple(reader.step(s, f"steps[{i}]", page, kinds) for i, s in enumerate(raw["steps"]))
+    return Scenario(raw["name"], name, page, groups, steps)
+
+
+# ---------------------------------------------------------------------- running
+def run_scenario(scenario: Scenario, factory: TargetFactory) -> Outcome:
+    """Run every step on a fresh target; stop at the first mismatching match.
+
+    A step the target refuses (CacheUsageError) is re-raised as ScenarioError (malformed)."""
+    target = factory(scenario.page_size, scenario.groups)
+    checked = 0
+    for index, step in enumerate(scenario.steps):
+        try:
+            if isinstance(step, Insert):
+                target.insert(step.tokens, step.states_at, step.namespace)
+            elif isinstance(step, Match):
+                actual = target.match(step.tokens, step.namespace)
+                checked += 1
+                if actual != (step.hit, step.kv_hit):
+                    mismatch = Mismatch(
+                        scenario.name,
+                        scenario.path,
+                        index,
+                        step.tokens,
+                        (step.hit, step.kv_hit),
+                        actual,
+                    )
+                    return Outcome(scenario, checked, mismatch)
+            elif step.kind == "recurrent":
+                target.drop_recurrent(step.tokens, step.start, step.namespace)
+            elif step.kind == "swa":
+                assert step.end is not None
+                target.drop_swa(step.tokens, step.start, step.end, step.namespace)
+            else:
+                target.drop_full(step.tokens, step.start, step.namespace)
+        except CacheUsageError as exc:
+            raise ScenarioError(scenario.path, f"steps[{index}]: {exc}") from exc
+    return Outcome(scenario, checked, None)

@@ -1,0 +1,167 @@
+"""hycache's checkpoint planner: states where the next request is likely to resume, learned
+from the match ends it sees, moved onto the recurrent kernel's grid, skipped when rarely
+reused. Pure apart from what it learns."""
+
+from __future__ import annotations
+
+from hycache.policy.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
+from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
+
+REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval")
+#: quantile of the observed unique tails the ``tail`` checkpoint steps back by, and how many
+#: recent tails it remembers
+TAIL_QUANTILE = 0.9
+TAIL_MEMORY = 256
+#: the step back before 8 tails were observed
+DEFAULT_TAIL = 256
+
+
+class HycachePlanner(CheckpointPolicy):
+    """hycache: checkpoint where the next request is likely to resume.
+
+    * the branch point (attention matched past the last state: a shared prefix);
+    * the prompt end, and the prompt end rounded down to the *divergence grid*: the coarsest
+      power-of-two grid (up to 4096 tokens) that at least 80% of the observed divergence points
+      (where attention matches end) fall on. Traces built from hashed blocks (Mooncake: 512)
+      diverge only on block boundaries, so a state at the last block boundary is what the next
+      turn can use;
+    * the end of the request (input + output, rounded down to a page): the next turn of a
+      conversation resumes there;
+    * optionally one every ``interval`` prompt tokens.
+
+    A prefill checkpoint is moved down onto the kernel grid of its chunk (``kernel_chunk``,
+    hycache.policy.base), where it is copied out of the forward pass; one that cannot be (no
+    kernel grid, or within the first grid step) ends a chunk, i.e. costs one more forward pass.
+    At most ``max_prefill_checkpoints`` (default 1) are taken per prefill (each holds a state's
+    memory): the kinds reused most so far.
+    It learns which of these pay: once 8 states of a reason were stored, a reason reused less
+    than once per 10 stored states is skipped, except on every 16th request (to keep learning);
+    the donated end-of-request state (no copy, no slot held while the request runs) is kept
+    down to once per 20.
+    """
+
+    def __init__(
+        self,
+        interval: int = 0,
+        *,
+        learn_grid: bool = True,
+        adaptive: bool = True,
+        max_prefill_checkpoints: int = 1,
+    ) -> None:
+        self.interval = interval
+        self.max_prefill_checkpoints = max_prefill_checkpoints
+        self.learn_grid = learn_grid
+        self.adaptive = adaptive
+        self.warmup = 8  # states of a reason stored before its reuse rate is trusted
+        self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
+        self.donated_reuse_ratio = 20  # ... one in this many for the donated end state
+        self.retry_every = 16  # a reason that does not pay is still tried every N-th plan
+        self.early_retry_every = 32  # ... every N-th if it lies before the prompt end
+        self._grid_counts: dict[int, int] = {}
+        self._observed = 0
+        self._plans = 0
+        self._tails: list[int] = []
+
+    def divergence_grid(self, page: int) -> int:
+        """The learned grid (>= page); ``page`` until 20 divergences were observed."""
+        if not self.learn_grid or self._observed < 20:
+            return page
+        grid = page
+        candidate = page * 2
+        while candidate <= 4096:
+            on_grid = sum(n for g, n in self._grid_counts.items() if g % candidate == 0)
+            if on_grid < 0.8 * self._observed:
+                break
+            grid = candidate
+            candidate *= 2
+        return grid
+
+    def tail_length(self) -> int:
+        """How far before its end a prompt is likely to diverge from a later one: the
+        ``TAIL_QUANTILE`` of the unique tails (prompt length - attention match) of recent
+        prompts that shared a prefix; ``DEFAULT_TAIL`` until 8 were seen."""
+        if len(self._tails) < 8:
+            return DEFAULT_TAIL
+        ordered = sorted(self._tails)
+        return ordered[min(len(ordered) - 1, int(TAIL_QUANTILE * len(ordered)))]
+
+    def _observe(self, kv_hit: int, prompt_len: int) -> None:
+        if kv_hit <= 0:
+            return
+        self._tails.append(prompt_len - kv_hit)
+        if len(self._tails) > TAIL_MEMORY:
+            del self._tails[0]
+        power = kv_hit & -kv_hit  # largest power of two dividing kv_hit
+        power = min(power, 4096)
+        self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
+        self._observed += 1
+
+    def _pays(self, reason: str, request: PlanInput, ratio: int, retry_every: int) -> bool:
+        """Whether states of ``reason`` are worth taking: fewer than ``warmup`` stored so far,
+        or one in ``ratio`` reused, or this is a re-try plan (every ``retry_every``-th)."""
+        if not self.adaptive:
+            return True
+        stored, reused = request.reason_record.get(reason, (0, 0))
+        return stored < self.warmup or reused * ratio >= stored or self._plans % retry_every == 0
+
+    def plan(self, request: PlanInput) -> PrefillPlan:
+        n, start, page = request.prompt_len, request.start, request.page_size
+        self._observe(request.kv_hit, n)
+        self._plans += 1
+        wanted: dict[int, str] = {}
+        if self.interval:
+            grid = max(page, floor_to(self.interval, page))
+            for p in range(floor_to(start, grid) + grid, n, grid):
+                wanted[p] = "interval"
+        # the prompt end on the divergence grid: where a later prompt sharing this one's whole
+        # blocks diverges (the exact end only serves an identical prompt, and the last token
+        # is always recomputed, so only a coarse grid makes it reusable)
+        position = floor_to(n, self.divergence_grid(page))
+        if position > start:
+            wanted[position] = "prompt_end"
+        tail = floor_to(n - self.tail_length(), page)  # a later prompt sharing all but its tail
+        if tail > start and tail not in wanted:
+            wanted[tail] = "tail"
+        branch = floor_to(request.kv_hit, page)
+        if branch > start:
+            wanted[branch] = "branch"
+        budget, kernel = request.token_budget, request.kernel_chunk
+        ends = chunk_ends(start, n, budget)
+        if kernel is not None:
+            # onto the kernel grid of its chunk (at most kernel_chunk - 1 tokens earlier):
+            # copied out of the forward pass instead of ending a chunk
+            moved: dict[int, str] = {}
+            for p, r in sorted(wanted.items(), key=lambda pr: REASON_PREFERENCE.index(pr[1])):
+                moved.setdefault(onto_kernel_grid(start, ends, p, kernel, page), r)
+            wanted = moved
+        # a state before the prompt end (a forward pass more, or a slot held through the
+        # prefill) is re-tried more rarely
+        kept = {
+            p: r
+            for p, r in wanted.items()
+            if self._pays(
+                r, request, self.reuse_ratio, self.retry_every if p == n else self.early_retry_every
+            )
+        }
+        if len(kept) > self.max_prefill_checkpoints:
+            ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
+            kept = dict(ranked[: self.max_prefill_checkpoints])
+        ends = settle_ends(start, n, budget, tuple(kept), kernel)
+        total = n + request.max_new_tokens
+        final = floor_to(total, page)
+        donate = False
+        # a donated end state holds no slot while the request runs: a lower bar than a copy
+        ratio = self.donated_reuse_ratio if final == total else self.reuse_ratio
+        pays = self._pays("final", request, ratio, self.retry_every)
+        if request.max_new_tokens and final > n and pays:
+            if final == total:
+                donate = True  # the running state at the end: no copy, no extra slot
+            else:
+                kept[final] = "final"  # taken during decode: no extra prefill chunk
+        points = tuple(Checkpoint(p, r) for p, r in sorted(kept.items()))
+        return PrefillPlan(tuple(ends), points, keep_final_state=donate)
+
+    def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
+        """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""
+        stored, reused = request.reason_record.get(reason, (0, 0))
+        return (-(reused + 1) / (stored + 2), REASON_PREFERENCE.index(reason))

@@ -1,0 +1,242 @@
+"""Heap-based eviction: vLLM's global LRU, SGLang's per-component LRU, hycache's GDSF.
+
+Every cached entry is a (node, component) pair. A policy gives each entry a *key*; the entry
+with the smallest key goes first. Keys live in one lazy min-heap per pool resource: updating a
+key pushes a new heap entry and the old one is skipped when popped. An entry that cannot go now
+(locked node, attention KV on a non-leaf) is set aside until the round ends.
+
+Eligibility is shared by all: attention KV only leaves a leaf (removing the node with all its
+data); a state can leave any node (an internal node keeps its KV: a tombstone).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import KeysView
+from typing import TYPE_CHECKING
+
+from hycache.components.base import Component
+from hycache.components.recurrent import RecurrentComponent
+from hycache.policy.base import EvictionPolicy
+from hycache.tree.node import Node
+
+if TYPE_CHECKING:
+    from hycache.cache.facade import HybridPrefixCache
+
+Key = tuple[float, ...]
+Entry = tuple[Key, int, Node, int]
+
+#: heap entries allowed beyond twice the live ones before a compaction
+COMPACT_SLACK = 256
+
+
+class HeapEviction(EvictionPolicy):
+    """Base: subclasses define ``key(node, component)`` and which entries a hit refreshes."""
+
+    #: refresh the whole hit path (True) or only the node whose state was used (False) for
+    #: recurrent entries; attention KV entries on the path are always refreshed.
+    refresh_state_path: bool = True
+
+    def __init__(self, *, session_aware: bool = False) -> None:
+        self.session_aware = session_aware
+        self._heaps: dict[str, list[Entry]] = {}
+        self._current: dict[tuple[Node, int], Key] = {}
+        self._stash: list[tuple[str, Entry]] = []
+        self._seq = itertools.count()
+        self._entries = 0  # heap entries pushed since the last compaction, plus those kept
+        self._kept = 0  # live entries kept by the last compaction
+
+    def attach(self, cache: HybridPrefixCache) -> None:
+        super().attach(cache)
+        self._resource = {c.slot: cache.pool.resource_of(c.kind) for c in cache.tree.components}
+
+    # ------------------------------------------------------------------ keys
+    def key(self, node: Node, component: Component) -> Key:
+        raise NotImplementedError
+
+    def _full_key(self, node: Node, component: Component) -> Key:
+        base = self.key(node, component)
+        if self.session_aware:
+            return (1.0 if self.cache.is_live(node) else 0.0, *base)
+        return base
+
+    def _push(self, node: Node, component: Component) -> None:
+        key = self._full_key(node, component)
+        self._current[(node, component.slot)] = key
+        heap = self._heaps.setdefault(self._resource[component.slot], [])
+        heapq.heappush(heap, (key, next(self._seq), node, component.slot))
+        self._entries += 1
+        if self._entries > 2 * self._kept + COMPACT_SLACK and not self._stash:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop superseded heap entries and every record of entries that are gone (nodes
+        pruned or removed with their data, states dropped by a cap): without this the heaps
+        and the per-entry dicts grow with every request ever served and keep dead nodes,
+        with their token keys, alive. Amortised O(1) per push."""
+        components = self.cache.tree.components
+        live = {
+            ident: key
+            for ident, key in self._current.items()
+            if ident[0].parent is not None and components[ident[1]].has(ident[0])
+        }
+        heaps: dict[str, list[Entry]] = {}
+        for resource, heap in self._heaps.items():
+            # keep, per live entry, the heap entry a pop would return first (current key,
+            # lowest sequence number): the eviction order does not change
+            first: dict[tuple[Node, int], Entry] = {}
+            for entry in heap:
+                key, seq, node, slot = entry
+                ident = (node, slot)
+                if live.get(ident) == key and (ident not in first or seq < first[ident][1]):
+                    first[ident] = entry
+            heaps[resource] = list(first.values())
+            heapq.heapify(heaps[resource])
+        self._current, self._heaps = live, heaps
+        self._kept = self._entries = len(live)
+        self.forget(live.keys())
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        """Drop per-entry records (recency, frequency) of entries not in ``live``."""
+
+    # ------------------------------------------------------------------ hooks
+    def on_insert(self, node: Node, component: Component) -> None:
+        self._push(node, component)
+
+    def on_hit(self, path: list[Node], used: Node | None) -> None:
+        for node in path:
+            for component in self.cache.tree.components:
+                if not component.has(node):
+                    continue
+                if isinstance(component, RecurrentComponent) and not (
+                    self.refresh_state_path or node is used
+                ):
+                    continue
+                self.touch(node, component)
+                self._push(node, component)
+
+    def on_liveness_change(self, nodes: list[Node]) -> None:
+        """Re-file the entries of ``nodes`` under their new liveness, same base key: a stale
+        live key would keep them at the back of the heap, protected, until everything else
+        was gone."""
+        if not self.session_aware:
+            return
+        for node in nodes:
+            live = 1.0 if self.cache.is_live(node) else 0.0
+            for component in self.cache.tree.components:
+                ident = (node, component.slot)
+                key = self._current.get(ident)
+                if key is None or key[0] == live:
+                    continue
+                refiled = (live, *key[1:])
+                self._current[ident] = refiled
+                heap = self._heaps[self._resource[component.slot]]
+                heapq.heappush(heap, (refiled, next(self._seq), node, component.slot))
+
+    def touch(self, node: Node, component: Component) -> None:
+        """Update what ``key`` depends on for a refreshed entry (recency, frequency)."""
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        """Called after an entry was chosen (GDSF inflates its clock here)."""
+
+    def next_victim(self, resource: str) -> tuple[Node, Component] | None:
+        heap = self._heaps.get(resource)
+        components = self.cache.tree.components
+        while heap:
+            entry = heapq.heappop(heap)
+            key, _, node, slot = entry
+            ident = (node, slot)
+            current = self._current.get(ident)
+            if current is None or current != key:
+                continue  # superseded by a newer key, or already gone
+            component = components[slot]
+            if node.parent is None or not component.has(node):
+                del self._current[ident]
+                continue
+            live = self.cache.is_live(node) if self.session_aware else False
+            if self.session_aware and (key[0] == 1.0) != live:
+                # liveness changed: re-file with the same base key (re-computing it would
+                # count as a fresh access: GDSF's aging clock has moved on since)
+                refiled = (1.0 if live else 0.0, *key[1:])
+                self._current[ident] = refiled
+                heapq.heappush(heap, (refiled, next(self._seq), node, slot))
+                continue
+            if self.pinned(node, component) or (
+                not isinstance(component, RecurrentComponent) and node.children
+            ):
+                self._stash.append((resource, entry))
+                continue
+            del self._current[ident]
+            self.evicted(node, component, key)
+            return node, component
+        return None
+
+    def end_round(self) -> None:
+        for resource, entry in self._stash:
+            heapq.heappush(self._heaps[resource], entry)
+        self._stash.clear()
+
+
+class LRUEviction(HeapEviction):
+    """Least recently used first; ties go tail-first (deeper entries first), as vLLM's free
+    queue frees a request's blocks in reverse order. ``refresh_state_path=False`` gives
+    SGLang's per-component LRU, which refreshes only the state actually used."""
+
+    def __init__(self, *, refresh_state_path: bool = True, session_aware: bool = False) -> None:
+        super().__init__(session_aware=session_aware)
+        self.refresh_state_path = refresh_state_path
+        self._stamp: dict[tuple[Node, int], int] = {}
+
+    def touch(self, node: Node, component: Component) -> None:
+        self._stamp[(node, component.slot)] = self.cache.clock
+
+    def on_insert(self, node: Node, component: Component) -> None:
+        self.touch(node, component)
+        super().on_insert(node, component)
+
+    def key(self, node: Node, component: Component) -> Key:
+        stamp = self._stamp.get((node, component.slot), 0)
+        return (float(stamp), float(-node.end))
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        self._stamp.pop((node, component.slot), None)
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        self._stamp = {ident: t for ident, t in self._stamp.items() if ident in live}
+
+
+class GDSFEviction(HeapEviction):
+    """GreedyDual-Size-Frequency: key = L + frequency * cost / size, where cost is the prefill
+    compute the entry saves (the edge's tokens for KV; for a state, the tokens back to the
+    previous state on the path), size its bytes, and L the key of the last victim (aging)."""
+
+    def __init__(self, *, session_aware: bool = False, use_frequency: bool = True) -> None:
+        super().__init__(session_aware=session_aware)
+        self.use_frequency = use_frequency
+        self._clock = 0.0
+        self._freq: dict[tuple[Node, int], int] = {}
+
+    def touch(self, node: Node, component: Component) -> None:
+        if self.use_frequency:
+            ident = (node, component.slot)
+            self._freq[ident] = self._freq.get(ident, 1) + 1
+
+    def key(self, node: Node, component: Component) -> Key:
+        cache = self.cache
+        size = component.bytes_on(node)
+        if isinstance(component, RecurrentComponent):
+            above = component.holder_above(node)
+            previous = 0 if above is None else above.end
+            cost = cache.spec.prefill_flops(previous, node.end - previous)
+        else:
+            cost = cache.spec.prefill_flops(node.start, node.length)
+        frequency = self._freq.get((node, component.slot), 1)
+        return (self._clock + frequency * cost / max(size, 1),)
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        self._clock = max(self._clock, key[-1])
+        self._freq.pop((node, component.slot), None)
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        self._freq = {ident: n for ident, n in self._freq.items() if ident in live}

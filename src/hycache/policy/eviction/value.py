@@ -1,0 +1,266 @@
+"""hycache's eviction: GreedyDual-Size over the *marginal* compute each entry saves.
+
+A recurrent model can only resume where a state sits, so an entry is worth what the next
+request loses without it, not what it cost to compute:
+
+* a **state** at prefix length ``p`` saves the prefill of ``(q, p]``, where ``q`` is the nearest
+  state above it on the path (the fallback a request would resume from instead);
+* a state is **superseded** when the chain below it (nodes with one child each) reaches a
+  deeper state: the next request of a conversation resumes at that deeper state, so this one
+  only serves requests that diverge inside the chain; it keeps a learned share of its value
+  (hits that resumed from superseded states over hits from others, at least
+  ``superseded_weight``). Once it is gone, the deeper state's fallback moves up and its value
+  grows: a conversation's last state ends up holding the value of the whole conversation;
+* **KV on a leaf** goes with the leaf's state (same key); KV on a leaf holding no state is a
+  *dead tail* (nothing can resume inside it; it only shows where later prompts diverge) and
+  keeps ``dead_weight`` of its value.
+
+Key = ``L + weight * (saved_flops / bytes) ** exponent``, where ``L`` is the aging clock as it
+stood at the entry's last access (insert or hit: GreedyDual's clock plus, with an
+``aging_horizon``, a share of a typical value per cache tick) and bytes include, for a state,
+the KV of ``(q, p]`` it keeps alive. When an eviction changes a
+neighbour's value (its fallback, its being superseded, its node becoming a dead leaf) that
+neighbour is re-keyed with its own last-access clock, so the change moves no entry forward in
+time.
+
+    path   root ── [0, 1024) S ── [1024, 3000) S' ── [3000, 3400) S''     S, S', S'': states
+    value  S:  flops(0, 1024)   S': superseded by S''   S'': flops(1024 or 3000, ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import KeysView
+from typing import TYPE_CHECKING
+
+from hycache.components.base import Component
+from hycache.components.recurrent import RecurrentComponent
+from hycache.policy.eviction.heap import HeapEviction, Key
+from hycache.tree.node import Node
+
+if TYPE_CHECKING:
+    from hycache.cache.facade import HybridPrefixCache
+
+#: how far down a chain ``superseded`` looks, and how many descendants a re-key visits
+WALK_LIMIT = 64
+#: a pinned guess is cheap while a state is at most this share of the budget
+CHEAP_GUESS_SHARE = 64
+
+
+class ValueEviction(HeapEviction):
+    """See the module docstring. Mutates only its own heaps and records."""
+
+    def __init__(
+        self,
+        *,
+        session_aware: bool = False,
+        superseded_weight: float = 0.05,
+        dead_weight: float = 0.1,
+        by_reason: bool = True,
+        exponent: float = 0.5,
+        aging_horizon: int = 1600,
+        learn_superseded: bool = True,
+    ) -> None:
+        super().__init__(session_aware=session_aware)
+        self.refresh_state_path = False  # a hit refreshes only the state it resumed from
+        self.superseded_weight = superseded_weight
+        self.dead_weight = dead_weight
+        self.by_reason = by_reason
+        self.exponent = exponent
+        self.aging_horizon = aging_horizon
+        self.learn_superseded = learn_superseded
+        self._superseded_hits = 0
+        self._frontier_hits = 0
+        self._typical = 0.0
+        self._clock = 0.0
+        self._born: dict[tuple[Node, int], float] = {}  # aging clock at the last access
+        self._dirty: list[Node] = []
+
+    def attach(self, cache: HybridPrefixCache) -> None:
+        super().attach(cache)
+        self._state = cache.recurrent
+        self._kv_per_token = sum(c.bytes_per_page for c in cache.kv_components) / cache.page_size
+
+    # ------------------------------------------------------------------ values
+    def _holder_above(self, node: Node) -> Node | None:
+        assert self._state is not None
+        return self._state.holder_above(node)
+
+    def _superseded(self, node: Node) -> bool:
+        state = self._state
+        assert state is not None
+        below = node
+        for _ in range(WALK_LIMIT):
+            if len(below.children) != 1:
+                return False
+            below = next(iter(below.children.values()))
+            if state.has(below):
+                return True
+        return False
+
+    def _state_value(self, node: Node) -> float:
+        state = self._state
+        assert state is not None
+        above = self._holder_above(node)
+        fallback = 0 if above is None else above.end
+        saved = self.cache.spec.prefill_flops(fallback, node.end - fallback)
+        size = state.bytes_per_state + self._kv_per_token * (node.end - fallback)
+        if len(node.children) > 1:
+            weight = float(len(node.children))  # the fallback of every continuation below
+        elif self._superseded(node):
+            weight = self._superseded_factor()
+        else:
+            weight = 1.0
+        if self.by_reason:
+            weight *= self.cache.state_reuse_rate(node)
+        density: float = (saved / size) ** self.exponent
+        return weight * density
+
+    def _superseded_factor(self) -> float:
+        """How much a superseded state is worth next to one that is not: learned from which
+        kind the hits resumed from (conversations resume at the deepest state; prompts that
+        share all but a tail resume at a superseded one), never below ``superseded_weight``."""
+        if not self.learn_superseded:
+            return self.superseded_weight
+        ratio = (self._superseded_hits + 1) / (self._frontier_hits + 1)
+        return min(1.0, max(self.superseded_weight, ratio))
+
+    def _value(self, node: Node, component: Component) -> float:
+        state = self._state
+        if state is not None and (isinstance(component, RecurrentComponent) or state.has(node)):
+            return self._state_value(node)  # a state, or KV on the node holding it
+        saved = self.cache.spec.prefill_flops(node.start, node.length)
+        value: float = (saved / max(component.bytes_on(node), 1)) ** self.exponent
+        if state is not None and not node.children:
+            value *= self.dead_weight  # a leaf no request can resume inside
+        return value
+
+    def _now(self) -> float:
+        """The aging clock for an access now: GreedyDual's ``L`` plus, with an ``aging_horizon``,
+        the mean value of recent entries per ``aging_horizon`` cache ticks, so an entry not
+        touched for that long has lost one typical value over the entries touched now."""
+        if not self.aging_horizon:
+            return self._clock
+        return self._clock + self._typical * self.cache.clock / self.aging_horizon
+
+    def key(self, node: Node, component: Component) -> Key:
+        value = self._value(node, component)
+        self._typical += (value - self._typical) / 64  # a running mean of values
+        return (self._born.get((node, component.slot), self._clock) + value,)
+
+    # ------------------------------------------------------------------ hooks
+    def on_insert(self, node: Node, component: Component) -> None:
+        self._settle()
+        self._born[(node, component.slot)] = self._now()
+        super().on_insert(node, component)
+        if isinstance(component, RecurrentComponent):
+            self._mark_neighbours(node)
+            self._settle()
+        elif node.parent is not None and self._state is not None and self._state.has(node.parent):
+            self._dirty.append(node.parent)  # one more continuation below that state
+
+    def touch(self, node: Node, component: Component) -> None:
+        self._born[(node, component.slot)] = self._now()
+
+    def on_hit(self, path: list[Node], used: Node | None) -> None:
+        self._settle()
+        if used is not None and self._state is not None and self._state.has(used):
+            if self._superseded(used):
+                self._superseded_hits += 1
+            else:
+                self._frontier_hits += 1
+        super().on_hit(path, used)
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        self._clock = max(self._clock, key[-1])
+        self._born.pop((node, component.slot), None)
+        if isinstance(component, RecurrentComponent):
+            self._mark_neighbours(node)
+            self._dirty.append(node)  # its KV, if a leaf, is a dead tail now
+        else:
+            if self._state is not None and self._state.has(node):
+                above = self._holder_above(node)
+                if above is not None:
+                    self._dirty.append(above)
+            if node.parent is not None:
+                self._dirty.append(node.parent)  # may become a leaf
+
+    def pinned(self, node: Node, component: Component) -> bool:
+        """Also keeps a state that running requests pass through (a lock goes on below it) if
+        it is a branch point, or the deepest state of its chain: a shared prefix's state is
+        what the next arrivals resume from; an old turn of a conversation is not, and neither
+        is the state at a lock that only holds KV (a request's published prompt, or the KV it
+        reads in place past its resume point). A ``tail`` guess that only the request which
+        took it passes (it decodes behind it and never reads it) is kept so only once some
+        request resumed from it, or while that is cheap (``_guesses_are_cheap``): on the
+        Mooncake synthetic trace, engine mode, tails are nearly all the reuse; where the
+        budget holds a few dozen states, such a pinned guess costs a request's slot in a
+        burst (shared-prefix, 40%: TTFT p95 0.33 s, 0.12 s without)."""
+        if super().pinned(node, component):
+            return True
+        if not (node.lock_ref > 0 and isinstance(component, RecurrentComponent)):
+            return False
+        if not self.cache.tree.locks_passing(node):
+            return False  # locks only end here: KV-only locks (nobody will read this state)
+        if len(node.children) > 1:
+            return True  # a branch point: the fallback of every continuation below
+        if (
+            self.cache.state_reason(node) == "tail"
+            and not (node.hits or self._guesses_are_cheap())
+            and not self.cache.passed_by_others(node)
+        ):
+            return False  # an unproven guess only its own request passes, and memory is dear
+        return not self._superseded(node)
+
+    def _guesses_are_cheap(self) -> bool:
+        """Whether pinning a speculative state costs little: a state is at most
+        1/``CHEAP_GUESS_SHARE`` of the budget."""
+        state = self._state
+        assert state is not None
+        return state.bytes_per_state * CHEAP_GUESS_SHARE <= self.cache.pool.budget_bytes
+
+    def next_victim(self, resource: str) -> tuple[Node, Component] | None:
+        self._settle()
+        return super().next_victim(resource)
+
+    def end_round(self) -> None:
+        super().end_round()
+        self._settle()
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        self._born = {i: t for i, t in self._born.items() if i in live}
+
+    # ------------------------------------------------------------------ re-keying
+    def _mark_neighbours(self, node: Node) -> None:
+        """The states whose value depends on the state at ``node``: the one above (it may be
+        superseded or not any more), the nearest ones below (their fallback), and the node's
+        own KV (a leaf's KV follows its state)."""
+        state = self._state
+        assert state is not None
+        above = self._holder_above(node)
+        if above is not None:
+            self._dirty.append(above)
+        self._dirty.append(node)
+        stack = list(node.children.values())
+        visited = 0
+        while stack and visited < WALK_LIMIT:
+            below = stack.pop()
+            visited += 1
+            if state.has(below):
+                self._dirty.append(below)
+            else:
+                stack.extend(below.children.values())
+
+    def _settle(self) -> None:
+        """Re-key the marked nodes' entries (same last-access clock, new value). Safe inside a
+        round: a stashed entry's old key is superseded and skipped when it comes back."""
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, []
+        components = self.cache.tree.components
+        for node in dict.fromkeys(dirty):
+            if node.parent is None:
+                continue
+            for component in components:
+                ident = (node, component.slot)
+                if component.has(node) and ident in self._current:
+                    self._push(node, component)

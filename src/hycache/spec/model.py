@@ -1,0 +1,228 @@
+"""Model specifications: layer groups, their cache bytes and prefill FLOPs.
+
+A hybrid model is described as at most one group of each kind:
+
+- ``FullAttentionGroup`` (kind ``"full"``): append-only KV, any prefix reusable;
+- ``SlidingWindowGroup`` (kind ``"swa"``): KV of the last ``window`` positions only;
+- ``RecurrentGroup`` (kind ``"recurrent"``): one fixed-size state per sequence and layer
+  (Gated DeltaNet, Mamba2, Kimi Delta Attention, Mamba1).
+
+A group stands for all layers of that kind; layers of a kind share one shape. Parallel hybrids
+(Falcon-H1) have an attention and a recurrent group whose layers are the same decoder layers.
+
+FLOPs count a multiply-add as 2. Every FLOP formula here is a sum over the new token positions,
+so ``prefill_flops(0, a) + prefill_flops(a, b) == prefill_flops(0, a + b)``: the compute a cache hit
+of length ``p`` saves is exactly ``prefill_flops(0, p)``.
+
+``ModelSpec.from_hf_config`` (in ``hycache.spec.hf.parse``) builds a spec from a HF ``config.json``;
+``ModelSpec.named`` / ``NAMED_SPECS`` (in ``hycache.spec.named``) hold built-in specs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from hycache.errors import SpecError
+from hycache.spec.groups import (
+    CONV_FLOPS_PER_ELEMENT,
+    DTYPE_BYTES,
+    STATE_FLOPS_PER_ELEMENT,
+    FullAttentionGroup,
+    LayerGroup,
+    RecurrentGroup,
+    SlidingWindowGroup,
+    _check_prefill_args,
+    _require_positive,
+    canonical_dtype,
+    dtype_bytes,
+)
+
+# the groups are part of the spec's interface
+__all__ = [
+    "CONV_FLOPS_PER_ELEMENT",
+    "DTYPE_BYTES",
+    "NAMED_SPECS",
+    "STATE_FLOPS_PER_ELEMENT",
+    "FullAttentionGroup",
+    "LayerGroup",
+    "ModelSpec",
+    "RecurrentGroup",
+    "SlidingWindowGroup",
+    "canonical_dtype",
+    "dtype_bytes",
+    "load_spec",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """What hycache needs to know about a model: its layer groups, sizes and compute.
+
+    ``groups`` holds at most one group per kind; no group has more layers than ``num_layers``
+    (decoder layers). ``active_mlp_params_per_token``: MLP / MoE parameters one token goes
+    through, summed over all layers (routed top-k experts, shared experts and routers).
+    """
+
+    name: str
+    groups: tuple[LayerGroup, ...]
+    hidden_size: int
+    vocab_size: int
+    active_mlp_params_per_token: int
+    num_layers: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", tuple(self.groups))
+        owner = f"model spec {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"{owner}: 'name' must be a non-empty string", field="name")
+        _require_positive(
+            owner,
+            hidden_size=self.hidden_size,
+            vocab_size=self.vocab_size,
+            num_layers=self.num_layers,
+        )
+        if (
+            isinstance(self.active_mlp_params_per_token, bool)
+            or self.active_mlp_params_per_token < 0
+        ):
+            raise SpecError(
+                f"{owner}: 'active_mlp_params_per_token' must be >= 0",
+                field="active_mlp_params_per_token",
+            )
+        if not self.groups:
+            raise SpecError(f"{owner}: no layer groups", field="groups")
+        kinds = [g.kind for g in self.groups]
+        if len(set(kinds)) != len(kinds):
+            raise SpecError(f"{owner}: more than one group of a kind: {kinds}", field="groups")
+        for g in self.groups:
+            if g.layers > self.num_layers:
+                raise SpecError(
+                    f"{owner}: {g.kind} group has {g.layers} layers > num_layers {self.num_layers}",
+                    field="groups",
+                )
+
+    @property
+    def full(self) -> FullAttentionGroup | None:
+        """The full-attention group, or None."""
+        return next((g for g in self.groups if isinstance(g, FullAttentionGroup)), None)
+
+    @property
+    def swa(self) -> SlidingWindowGroup | None:
+        """The sliding-window group, or None."""
+        return next((g for g in self.groups if isinstance(g, SlidingWindowGroup)), None)
+
+    @property
+    def recurrent(self) -> RecurrentGroup | None:
+        """The recurrent group, or None."""
+        return next((g for g in self.groups if isinstance(g, RecurrentGroup)), None)
+
+    @property
+    def attention_groups(self) -> tuple[FullAttentionGroup | SlidingWindowGroup, ...]:
+        """The attention groups (full first, then sliding window)."""
+        return tuple(g for g in (self.full, self.swa) if g is not None)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes one token adds over every attention layer (full and sliding window)."""
+        return sum(g.kv_bytes_per_token for g in self.attention_groups)
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of one sequence's recurrent checkpoint over all recurrent layers (0 if none)."""
+        rec = self.recurrent
+        return rec.state_bytes if rec is not None else 0
+
+    def prefill_flops(self, cached: int, new: int) -> float:
+        """FLOPs to prefill ``new`` tokens after ``cached`` cached ones.
+
+        Sum of every group's ``prefill_flops`` plus the MLP ``2 * active_mlp_params_per_token *
+        new``. Embedding look-ups and the LM head (one token per prefill) are not counted.
+        ValueError when a length is negative.
+        """
+        _check_prefill_args(cached, new)
+        layers = sum(g.prefill_flops(cached, new, self.hidden_size) for g in self.groups)
+        return layers + 2.0 * self.active_mlp_params_per_token * new
+
+    def state_to_kv_tokens(self) -> int | None:
+        """How many tokens of one attention layer's KV weigh as much as one recurrent layer's
+        checkpoint: ``floor(state_bytes_per_layer / kv_bytes_per_token_per_layer)``, using the
+        full-attention group (the sliding-window one if there is no full group). None when the
+        model lacks recurrent or attention layers."""
+        rec, attn = self.recurrent, self.full or self.swa
+        if rec is None or attn is None:
+            return None
+        return rec.state_bytes_per_layer // attn.kv_bytes_per_token_per_layer
+
+    @classmethod
+    def from_hf_config(
+        cls,
+        source: str | os.PathLike[str] | Mapping[str, object],
+        *,
+        name: str | None = None,
+        dtype: str | None = None,
+        state_dtype: str | None = None,
+        conv_dtype: str | None = None,
+    ) -> ModelSpec:
+        """Build a spec from a HF config: a ``config.json`` path, its directory, or a dict.
+
+        See ``hycache.spec.hf.parse.parse_hf_config`` for the supported model types and dtype rules.
+        """
+        from hycache.spec.hf.parse import parse_hf_config
+
+        return parse_hf_config(
+            source, name=name, dtype=dtype, state_dtype=state_dtype, conv_dtype=conv_dtype
+        )
+
+    @classmethod
+    def named(cls, name: str) -> ModelSpec:
+        """A built-in spec by name; SpecError listing the known names for an unknown one."""
+        try:
+            return NAMED_SPECS[name]
+        except KeyError:
+            known = ", ".join(sorted(NAMED_SPECS))
+            raise SpecError(f"unknown model spec {name!r} (known: {known})", field="name") from None
+
+
+class _NamedSpecs(Mapping[str, ModelSpec]):
+    """Read-only mapping of the built-in specs, built from ``hycache.spec.named`` on first use
+    (that module imports this one, so it cannot be imported at module load)."""
+
+    def __init__(self) -> None:
+        self._specs: Mapping[str, ModelSpec] | None = None
+
+    def _load(self) -> Mapping[str, ModelSpec]:
+        if self._specs is None:
+            from hycache.spec.named import build_named_specs
+
+            self._specs = MappingProxyType(build_named_specs())
+        return self._specs
+
+    def __getitem__(self, key: str) -> ModelSpec:
+        return self._load()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+NAMED_SPECS: Mapping[str, ModelSpec] = _NamedSpecs()
+"""Built-in specs by name (see ``hycache.spec.named``)."""
+
+
+def load_spec(name_or_path: str | os.PathLike[str]) -> ModelSpec:
+    """A built-in spec by name, else a spec from a ``config.json`` path (or its directory).
+
+    Raises SpecError when it is neither a known name nor an existing path.
+    """
+    key = os.fspath(name_or_path)
+    if key in NAMED_SPECS:
+        return NAMED_SPECS[key]
+    if not os.path.exists(key):
+        known = ", ".join(sorted(NAMED_SPECS))
+        raise SpecError(f"{key}: neither a built-in model spec ({known}) nor an existing path")
+    return ModelSpec.from_hf_config(key)
