@@ -49,6 +49,9 @@ class CellResult:
     failed: int = 0
     prompt_tokens: int = 0
     reused_tokens: int = 0
+    #: of the prompt tokens reused or read: restored from published prefixes, read in place
+    published_tokens: int = 0
+    in_place_tokens: int = 0
     requests_hit: int = 0
     evictions: int = 0
     checkpoints: int = 0
@@ -181,7 +184,9 @@ def verify_cell(
         for violation in result.violations:
             cell.violations.append(f"{result.request.rid}: {violation}")
         cell.checkpoints += len(result.checkpoints)
+        cell.in_place_tokens += result.in_place_tokens
     stats = cache.stats()
+    cell.published_tokens = stats.published_reused_tokens
     cell.prompt_tokens = stats.prompt_tokens
     cell.reused_tokens = stats.reused_tokens
     cell.requests_hit = stats.requests_hit
@@ -335,6 +340,11 @@ def run_verify(
         f"\n{len(cells)} combination(s), {sum(c.requests for c in cells)} requests, "
         f"{reused} prompt tokens reused from the cache, max |delta| {_fmt_delta(worst)} "
         f"(tolerance {tol:g}), {sum(c.near_ties for c in cells)} near-tie(s)"
+    )
+    echo(
+        f"reused by path: restored {reused}, of which from published prefixes "
+        f"{sum(c.published_tokens for c in cells)}; read in place "
+        f"{sum(c.in_place_tokens for c in cells)}"
     )
     if inject is not None:
         echo(f"fault injected: {inject}")

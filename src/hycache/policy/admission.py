@@ -6,9 +6,19 @@ a second sighting of the prefix (vLLM's shared-prefix boundary hits from the thi
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 
-from hycache.policy.base import AdmissionPolicy
+
+class AdmissionPolicy(ABC):
+    """Decides, at finish, whether a checkpoint is stored. May remember what it has seen."""
+
+    #: whether ``admit`` looks at ``sighting`` (else the cache passes b"" and skips hashing)
+    uses_sightings: bool = True
+
+    @abstractmethod
+    def admit(self, sighting: bytes, reason: str) -> bool:
+        """``sighting``: a digest of (namespace, prefix up to the checkpoint)."""
 
 
 class AlwaysAdmit(AdmissionPolicy):

@@ -118,7 +118,7 @@ def run_policy(
         def replay(choice: Mapping[str, object]) -> float:
             cache = _build(config, preset, capacity, choice)
             replay_serial(cache, window, config.cost, reject_oversized=True)
-            return float(cache.counters.reused_tokens)
+            return float(cache.stats().reused_tokens)
 
         chosen, _ = tune_knobs(replay)
         extra.update(chosen)
@@ -135,7 +135,7 @@ def run_policy(
                 tick=bar.advance,
                 reject_oversized=config.reject_oversized,
             )
-        budget = cache.default_token_budget or config.token_budget
+        budget = cache.config.token_budget or config.token_budget
         return replay_engine(
             cache,
             source(),
