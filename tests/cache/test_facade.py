@@ -129,7 +129,7 @@ def direct_cache(
     **options: bool,
 ) -> HybridPrefixCache:
     """A cache on a shared pool (default: page 16, the ``Points`` planner, GDSF);
-    ``options``: HybridPrefixCache's boolean options (``read_matched_kv``, ...)."""
+    ``options``: CacheConfig's boolean options (``read_matched_kv``, ...)."""
     return HybridPrefixCache(
         spec,
         shared_pool(spec, budget, page),

@@ -162,7 +162,11 @@ def test_a_request_reading_kv_in_place_waits_and_aborts_cleanly() -> None:
 @pytest.mark.parametrize("pin", [True, False])
 def test_a_published_prompt_pins_its_state_only_if_the_preset_says_so(pin: bool) -> None:
     spec = tiny_spec()
-    cache = make(spec, planner=Points(branch=False, final=False), pin_published_state=pin)
+    cache = make(
+        spec,
+        planner=Points(branch=False, final=False),
+        eviction=GDSFEviction(pins_published_state=pin),
+    )
     lease = admit(cache, seq(0, 128), max_new=8)
     cache.record_planned(lease, up_to=lease.prompt_len)
     assert cache.publish(lease).states_inserted == (128,)
@@ -312,8 +316,7 @@ def value_cache(budget: int = BIG) -> HybridPrefixCache:
         tiny_spec(),
         budget,
         planner=Points(prompt_end=False, branch=False, final=False),
-        eviction=ValueEviction(),
-        pin_published_state=False,
+        eviction=ValueEviction(pins_published_state=False),
     )
 
 
@@ -387,8 +390,8 @@ def test_hycache_preset_turns_the_three_on_and_the_others_keep_them_off() -> Non
     spec = tiny_spec()
     hycache = build_cache(spec, BIG, "hycache")
     assert hycache.config.read_matched_kv and hycache.config.reserve_checkpoint_slot
-    assert not hycache.config.pin_published_state
+    assert not hycache.eviction.pins_published_state
     for preset in ("vllm", "sglang", "marconi"):
         other = build_cache(spec, BIG, preset)
         assert not other.config.read_matched_kv and not other.config.reserve_checkpoint_slot
-        assert other.config.pin_published_state
+        assert other.eviction.pins_published_state

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from hycache.errors import ConfigError
 
-OFFGRID_MODES = ("drop", "misplace")
-
 
 def _whole(name: str, value: object, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -23,45 +21,30 @@ def _flag(name: str, value: object) -> None:
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """How a cache runs, apart from its policies.
+    """How a cache runs, apart from its policies (the flags that belong to a policy live in
+    it: ``CheckpointPolicy.caches_states`` and ``.offgrid``, ``AdmissionPolicy
+    .max_states_per_path``, ``EvictionPolicy.pins_published_state``).
 
     ``page_size``: tokens per KV page (the tree's grid). ``running_slots``: state slots a
-    running request holds. ``max_states_per_path``: keep at most this many states on one
-    root-to-leaf path (the deepest; None: no cap). ``offgrid``: what a checkpoint off the state
-    grid does: ``"drop"`` it, or ``"misplace"`` it at the grid position below (a known upstream
-    bug, kept to test checkers). ``token_budget``: default tokens per prefill chunk (None: one
-    chunk). ``states_enabled``: whether recurrent states are cached at all.
-    ``read_matched_kv``: a request recomputing a state reads the attention KV matched past it
-    in place instead of holding pages for it. ``pin_published_state``: a published prompt's
-    lock also pins the state there. ``reserve_checkpoint_slot``: a request reserves a slot for
-    a shared prefix's missing state with its working set. ``name``: shown in reports."""
+    running request holds. ``token_budget``: default tokens per prefill chunk (None: one
+    chunk). ``read_matched_kv``: a request recomputing a state reads the attention KV matched
+    past it in place instead of holding pages for it. ``reserve_checkpoint_slot``: a request
+    reserves a slot for a shared prefix's missing state with its working set. ``name``: shown
+    in reports."""
 
     page_size: int
     running_slots: int = 1
-    max_states_per_path: int | None = None
-    offgrid: str = "drop"
     token_budget: int | None = None
-    states_enabled: bool = True
     read_matched_kv: bool = False
-    pin_published_state: bool = True
     reserve_checkpoint_slot: bool = False
     name: str = "custom"
 
     def __post_init__(self) -> None:
         _whole("page_size", self.page_size, minimum=1)
         _whole("running_slots", self.running_slots, minimum=1)
-        if self.max_states_per_path is not None:
-            _whole("max_states_per_path", self.max_states_per_path, minimum=1)
         if self.token_budget is not None:
             _whole("token_budget", self.token_budget, minimum=1)
-        if self.offgrid not in OFFGRID_MODES:
-            raise ConfigError(f"offgrid must be one of {OFFGRID_MODES}, got {self.offgrid!r}")
-        for name in (
-            "states_enabled",
-            "read_matched_kv",
-            "pin_published_state",
-            "reserve_checkpoint_slot",
-        ):
+        for name in ("read_matched_kv", "reserve_checkpoint_slot"):
             _flag(name, getattr(self, name))
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, got {self.name!r}")

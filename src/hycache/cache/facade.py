@@ -101,10 +101,10 @@ class HybridPrefixCache:
                 admission,
                 self.counters,
                 self.notes,
-                max_states_per_path=config.max_states_per_path,
+                max_states_per_path=admission.max_states_per_path,
             )
         )
-        self.holds = Holds(self.accounting, self.in_flight, config)
+        self.holds = Holds(self.accounting, self.in_flight, config, checkpoint.caches_states)
         group = spec.recurrent
         self.kernel_chunk = group.kernel_chunk if group is not None else None
         self.admitter = Admitter(
@@ -118,7 +118,13 @@ class HybridPrefixCache:
             kernel_chunk=self.kernel_chunk,
         )
         self.inserter = Inserter(
-            self.accounting, self.states, self.holds, self.in_flight, self.notes, config
+            self.accounting,
+            self.states,
+            self.holds,
+            self.in_flight,
+            self.notes,
+            caches_states=checkpoint.caches_states,
+            pins_published_state=eviction.pins_published_state,
         )
         eviction.attach(
             CacheView(spec, self.accounting, self.in_flight, self.notes, self.holds, self.counters)
@@ -164,11 +170,12 @@ class HybridPrefixCache:
         reason = validate.text("reason", reason)
         if not lease.hit < position <= lease.prompt_len + lease.max_new_tokens:
             raise CacheUsageError(f"checkpoint {position} outside ({lease.hit}, request end]")
-        if self.recurrent is None or not self.config.states_enabled:
+        policy = self.checkpoint_policy
+        if self.recurrent is None or not policy.caches_states:
             return None
-        grid = self.checkpoint_policy.state_grid or self.page_size
+        grid = policy.state_grid or self.page_size
         if position % grid:
-            if self.config.offgrid == "drop" or position < grid:
+            if policy.offgrid == "drop" or position < grid:
                 self.counters.offgrid_dropped += 1
                 return None
             self.counters.offgrid_misplaced += 1

@@ -16,7 +16,7 @@ KV on the path and that state). Two options of the cache add to it::
   when the prefill ends.
 
 After ``publish`` the request holds one lock, on its prompt, that pins the state there only if
-the cache's ``pin_published_state`` says so (``Lease.holds_state``).
+the eviction policy's ``pins_published_state`` says so (``Lease.holds_state``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ SPARE_BUDGET_SHARE = 8
 class Holds:
     """Locks, KV read in place and spare checkpoint slots of requests in flight."""
 
-    def __init__(self, accounting: Accounting, in_flight: InFlight, config: CacheConfig) -> None:
+    def __init__(
+        self, accounting: Accounting, in_flight: InFlight, config: CacheConfig, caches_states: bool
+    ) -> None:
         self.tree = accounting.tree
         self.pool = accounting.pool
         self.page_size = accounting.page_size
@@ -47,7 +49,7 @@ class Holds:
         self.in_flight = in_flight
         self.read_matched_kv = config.read_matched_kv
         self.reserve_checkpoint_slot = config.reserve_checkpoint_slot
-        self.states_enabled = config.states_enabled
+        self.states_enabled = caches_states
 
     def kv_read_in_place(self, result: MatchResult, session: str | None) -> int:
         """With ``read_matched_kv``: how far the request reads cached attention KV in place

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from hycache.cache.accounting import Accounting
 from hycache.cache.admit import pages_on
-from hycache.cache.config import CacheConfig
 from hycache.cache.holds import Holds
 from hycache.cache.lease import FinishResult, Lease, PageRef, PublishResult
 from hycache.cache.registry import InFlight, NodeNotes
@@ -28,7 +27,9 @@ class Inserter:
         holds: Holds,
         in_flight: InFlight,
         notes: NodeNotes,
-        config: CacheConfig,
+        *,
+        caches_states: bool,
+        pins_published_state: bool,
     ) -> None:
         self.accounting = accounting
         self.tree = accounting.tree
@@ -37,7 +38,8 @@ class Inserter:
         self.holds = holds
         self.in_flight = in_flight
         self.notes = notes
-        self.config = config
+        self.caches_states = caches_states
+        self.pins_published_state = pins_published_state
 
     def finish(self, lease: Lease) -> FinishResult:
         acc = self.accounting
@@ -59,7 +61,7 @@ class Inserter:
         running = list(lease.working.pop("recurrent", ()))
         if (
             lease.plan.keep_final_state
-            and self.config.states_enabled
+            and self.caches_states
             and running
             and total == cached
             and total > lease.hit
@@ -69,7 +71,7 @@ class Inserter:
         inserted, refused = self._store(path, key, ns, candidates, cached)
         if running:
             self.pool.free("recurrent", running)
-        if self.states is not None and self.config.max_states_per_path is not None and path:
+        if self.states is not None and path:
             capped = self.states.cap_states(path[-1])
             inserted = [p for p in inserted if p not in capped]
         pages: dict[str, tuple[PageRef, ...]] = {}
@@ -112,7 +114,7 @@ class Inserter:
         node = acc.split_at(key, upto, ns)
         # the prompt's KV stays locked (the request attends to it while decoding); the state
         # there only if the preset pins it (the request itself never reads it again)
-        pin = self.config.pin_published_state
+        pin = self.pins_published_state
         self.tree.lock(node, hold_state=pin)
         self.holds.unlock_lease(lease)
         lease.locked, lease.holds_state = node, pin

@@ -277,15 +277,19 @@ def build_vllm(
     grid = block if k["scheduler_grid"] == "mamba" else min([block, *others])
     retention = k["retention_interval"]
     retention = _optional_int("vllm", "retention_interval", retention)
-    planner = VllmAlignPlanner(block, grid, retention)
+    planner = VllmAlignPlanner(
+        block,
+        grid,
+        retention,
+        offgrid=str(k["offgrid"]),
+        caches_states=k["mamba_cache_mode"] == "align",
+    )
     return HybridPrefixCache(
         spec,
         pool,
         CacheConfig(
             page_size=block,
-            offgrid=str(k["offgrid"]),
             token_budget=_budget(k["max_num_batched_tokens"]),
-            states_enabled=k["mamba_cache_mode"] == "align",
             name="vllm",
         ),
         checkpoint=planner,
@@ -315,12 +319,11 @@ def build_sglang(
         CacheConfig(
             page_size=page,
             running_slots=3 + (2 if strategy == "extra_buffer" else 0),
-            max_states_per_path=cap,
             token_budget=_budget(k["chunked_prefill_size"]),
             name="sglang",
         ),
         checkpoint=SglangPlanner(strategy, page, interval),
-        admission=AlwaysAdmit(),
+        admission=AlwaysAdmit(max_states_per_path=cap),
         eviction=LRUEviction(refresh_state_path=False, session_aware=bool(k["session_aware"])),
     )
 
@@ -336,7 +339,6 @@ def build_marconi(
         shared_pool(spec, capacity, page, track_ids=track_ids),
         CacheConfig(
             page_size=page,
-            max_states_per_path=None,
             name="marconi",
         ),
         checkpoint=MarconiPlanner(),
@@ -345,12 +347,14 @@ def build_marconi(
     )
 
 
-def _hycache_eviction(name: str, session_aware: bool) -> EvictionPolicy:
+def _hycache_eviction(name: str, session_aware: bool, pins: bool) -> EvictionPolicy:
     if name == "lru":
-        return LRUEviction(session_aware=session_aware)
+        return LRUEviction(session_aware=session_aware, pins_published_state=pins)
     if name == "value":
-        return ValueEviction(session_aware=session_aware)
-    return GDSFEviction(session_aware=session_aware, use_frequency=name == "gdsf")
+        return ValueEviction(session_aware=session_aware, pins_published_state=pins)
+    return GDSFEviction(
+        session_aware=session_aware, use_frequency=name == "gdsf", pins_published_state=pins
+    )
 
 
 def build_hycache(
@@ -366,13 +370,14 @@ def build_hycache(
             page_size=page,
             token_budget=_budget(k["token_budget"]),
             read_matched_kv=bool(k["read_matched_kv"]),
-            pin_published_state=bool(k["pin_published_state"]),
             reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
             name="hycache",
         ),
         checkpoint=HycachePlanner(interval, adaptive=bool(k["adaptive"])),
         admission=_admission(k["admission"]),
-        eviction=_hycache_eviction(str(k["eviction"]), bool(k["session_aware"])),
+        eviction=_hycache_eviction(
+            str(k["eviction"]), bool(k["session_aware"]), bool(k["pin_published_state"])
+        ),
     )
 
 

@@ -19,6 +19,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+#: what ``CheckpointPolicy.offgrid`` may say
+OFFGRID_MODES = ("drop", "misplace")
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -63,6 +66,11 @@ class CheckpointPolicy(ABC):
 
     #: grid the recurrent group's states must land on to be publishable (None: any page)
     state_grid: int | None = None
+    #: whether recurrent states are cached at all (vLLM ``--mamba-cache-mode none``: no)
+    caches_states: bool = True
+    #: a checkpoint off ``state_grid``: ``"drop"`` it, or ``"misplace"`` it at the grid
+    #: position below (vLLM #54076, kept to test checkers: silently wrong)
+    offgrid: str = "drop"
 
     @abstractmethod
     def plan(self, request: PlanInput) -> PrefillPlan: ...

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
+from hycache.errors import ConfigError
+from hycache.policy.checkpoint.base import (
+    OFFGRID_MODES,
+    Checkpoint,
+    CheckpointPolicy,
+    PlanInput,
+    PrefillPlan,
+)
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to
 
 
@@ -22,8 +29,12 @@ class VllmAlignPlanner(CheckpointPolicy):
     block: int
     scheduler_grid: int
     retention_interval: int | None
+    offgrid: str = "drop"
+    caches_states: bool = True
 
     def __post_init__(self) -> None:
+        if self.offgrid not in OFFGRID_MODES:
+            raise ConfigError(f"offgrid must be one of {OFFGRID_MODES}, got {self.offgrid!r}")
         self.state_grid = self.block
 
     def plan(self, request: PlanInput) -> PrefillPlan:

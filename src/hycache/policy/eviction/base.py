@@ -70,6 +70,9 @@ class EvictionPolicy(ABC):
     entries."""
 
     _context: EvictionContext | None = None
+    #: whether a request's lock on its published prompt also pins the state there (the
+    #: request itself never reads that state again)
+    pins_published_state: bool = True
 
     def attach(self, context: EvictionContext) -> None:
         """Called once by the cache that owns this policy."""

@@ -15,8 +15,14 @@ class GDSFEviction(HeapEviction):
     compute the entry saves (the edge's tokens for KV; for a state, the tokens back to the
     previous state on the path), size its bytes, and L the key of the last victim (aging)."""
 
-    def __init__(self, *, session_aware: bool = False, use_frequency: bool = True) -> None:
-        super().__init__(session_aware=session_aware)
+    def __init__(
+        self,
+        *,
+        session_aware: bool = False,
+        use_frequency: bool = True,
+        pins_published_state: bool = True,
+    ) -> None:
+        super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.use_frequency = use_frequency
         self._clock = 0.0
         self._freq: dict[tuple[Node, int], int] = {}

@@ -34,8 +34,9 @@ class HeapEviction(EvictionPolicy):
     #: recurrent entries; attention KV entries on the path are always refreshed.
     refresh_state_path: bool = True
 
-    def __init__(self, *, session_aware: bool = False) -> None:
+    def __init__(self, *, session_aware: bool = False, pins_published_state: bool = True) -> None:
         self.session_aware = session_aware
+        self.pins_published_state = pins_published_state
         self._heaps: dict[str, list[Entry]] = {}
         self._current: dict[tuple[Node, int], Key] = {}
         self._stash: list[tuple[str, Entry]] = []

@@ -14,8 +14,14 @@ class LRUEviction(HeapEviction):
     queue frees a request's blocks in reverse order. ``refresh_state_path=False`` gives
     SGLang's per-component LRU, which refreshes only the state actually used."""
 
-    def __init__(self, *, refresh_state_path: bool = True, session_aware: bool = False) -> None:
-        super().__init__(session_aware=session_aware)
+    def __init__(
+        self,
+        *,
+        refresh_state_path: bool = True,
+        session_aware: bool = False,
+        pins_published_state: bool = True,
+    ) -> None:
+        super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.refresh_state_path = refresh_state_path
         self._stamp: dict[tuple[Node, int], int] = {}
 

@@ -57,8 +57,9 @@ class ValueEviction(HeapEviction):
         exponent: float = 0.5,
         aging_horizon: int = 1600,
         learn_superseded: bool = True,
+        pins_published_state: bool = True,
     ) -> None:
-        super().__init__(session_aware=session_aware)
+        super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
         self.superseded_weight = superseded_weight
         self.dead_weight = dead_weight
