@@ -78,3 +78,10 @@ def test_every_size_option_exits_2_at_parse_time(
     assert main([*argv, *source]) == 2
     err = capsys.readouterr().err
     assert "argument --capacit" in err and "size" in err
+
+
+def test_absurd_sizes_are_too_large() -> None:
+    with pytest.raises(ConfigError, match="too large"):
+        parse_size("1e30TB")
+    with pytest.raises(ConfigError, match="too large"):
+        parse_size_or_percent("1e300%").resolve(10**9)

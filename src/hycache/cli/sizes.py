@@ -29,6 +29,7 @@ _UNITS = {
     "GIB": 2**30,
     "TIB": 2**40,
 }
+_MAX_BYTES = 2**63
 _NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _SIZE = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z]*|%)\s*$")
 _EXPECTED = (
@@ -55,7 +56,10 @@ class Size:
             return self.nbytes
         if footprint is None or self.percent is None:
             raise ConfigError(f"size {self.text!r}: a percentage needs a workload footprint")
-        return max(1, int(footprint * self.percent / 100))
+        nbytes = footprint * self.percent / 100
+        if not math.isfinite(nbytes) or nbytes >= _MAX_BYTES:
+            raise ConfigError(f"size {self.text!r}: too large for a {footprint}-byte footprint")
+        return max(1, int(nbytes))
 
 
 def _non_finite(text: str) -> bool:
@@ -85,7 +89,7 @@ def _parse(text: str, *, percent: bool) -> Size:
             )
         return Size(text.strip(), percent=value)
     nbytes = value * _UNITS[unit]
-    if not math.isfinite(nbytes) or nbytes >= 2**63:
+    if not math.isfinite(nbytes) or nbytes >= _MAX_BYTES:
         raise ConfigError(f"size {text!r}: too large")
     if int(nbytes) < 1:
         raise ConfigError(f"size {text!r}: must be at least one byte")
