@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from hycache.cli import units
 from hycache.cli.main import main
 from hycache.cli.sizes import Size, parse_size, parse_size_or_percent, parse_sizes
 from hycache.errors import ConfigError
@@ -19,7 +18,6 @@ def test_decimal_and_binary_units() -> None:
     assert parse_size("1GiB") == 2**30
     assert parse_size("1.5e6") == 1_500_000
     assert parse_size(" 7 ") == 7
-    assert units.parse_size is parse_size
 
 
 def test_percentages_resolve_against_the_footprint() -> None:
