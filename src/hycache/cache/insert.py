@@ -58,16 +58,17 @@ class Inserter:
         path = acc.insert_path(key, ns, found) if cached else []
         candidates = dict(lease.checkpoints)
         lease.checkpoints = {}
+        final = lease.final_state_slot
         running = list(lease.working.pop("recurrent", ()))
         if (
-            lease.plan.keep_final_state
+            final is not None
             and self.caches_states
-            and running
             and total == cached
             and total > lease.hit
             and total not in candidates  # a checkpoint already holds that state
         ):
-            candidates[total] = (running.pop(), "final")
+            running.remove(final)
+            candidates[total] = (final, "final")
         inserted, refused = self._store(path, key, ns, candidates, cached)
         if running:
             self.pool.free("recurrent", running)

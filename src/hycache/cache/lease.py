@@ -65,6 +65,14 @@ class Lease:
     active: bool = True
 
     @property
+    def final_state_slot(self) -> int | None:
+        """The running state slot ``finish`` keeps as the end-of-request state when the plan
+        donates it (the caller copies the state after the last fed token there first); None
+        when the plan keeps no end state or the model has no recurrent layers."""
+        running = self.working.get("recurrent", ())
+        return running[-1] if self.plan.keep_final_state and running else None
+
+    @property
     def recompute(self) -> int:
         return self.kv_hit - self.hit
 

@@ -12,7 +12,7 @@ Per request (see ``hycache.cache.facade`` for the lease lifecycle):
    planned checkpoint, and before anything extends the state again, ask
    ``record_checkpoint`` for a slot and copy the state into it.
 3. Decode greedily (decode-time checkpoints likewise), ``extend`` the lease with the tokens fed
-   back, copy the running state into the lease's last state slot (``finish`` keeps it as the
+   back, copy the running state into ``lease.final_state_slot`` (``finish`` keeps it as the
    end-of-request state when the plan says so), ``finish``.
 4. Publish and scatter: when the prefill ends, ``publish`` makes the prompt part of the cache
    and the engine writes its KV into the pages ``PublishResult.pages`` names; at ``finish`` it
@@ -303,11 +303,11 @@ class Engine:
         full_key = lease.full_key
         tags = PrefixTags(ns, full_key)
         checkpoints.flush(lease, dc, tags, deferred, pos, result, after_forward=False, force=True)
-        running = lease.working.get("recurrent", ())
-        if self.store.slots is not None and running and lease.plan.keep_final_state:
-            # finish() keeps the last running slot as the end-of-request state (when the
-            # request ends on a page boundary): it must hold the state after every fed token
-            self.transfer.write_state(dc, running[-1], tags.tag(lease.length))
+        final = lease.final_state_slot
+        if final is not None:
+            # finish() keeps this slot as the end-of-request state (when the request ends on
+            # a page boundary): it must hold the state after every fed token
+            self.transfer.write_state(dc, final, tags.tag(lease.length))
         finished = self.cache.finish(lease)
         self.transfer.scatter(full_key, ns, dc, kv_start, pos, finished.pages)
 
