@@ -40,6 +40,23 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="write the results as JSON here")
     parser.add_argument("--report", help="write a self-contained HTML report here")
     parser.add_argument("--progress", action="store_true", help="force progress bars")
+    parser.add_argument(
+        "--session-idle-s",
+        default="none",
+        help="end a session idle this many seconds of trace time (none: never, as SGLang)",
+    )
+
+
+def _idle_s(value: str) -> float | None:
+    if value.strip().lower() in ("none", "null", ""):
+        return None
+    try:
+        idle = float(value)
+    except ValueError:
+        raise ConfigError(f"--session-idle-s: expected seconds or none, got {value!r}") from None
+    if not idle >= 0:
+        raise ConfigError(f"--session-idle-s must be >= 0, got {value!r}")
+    return idle
 
 
 def make_source(args: argparse.Namespace) -> tuple[Callable[[], Iterable[Request]], int, str]:
@@ -69,6 +86,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         mode=args.mode,
         knobs=knobs,
         progress=True if args.progress else None,
+        session_idle_s=_idle_s(args.session_idle_s),
     )
 
 
