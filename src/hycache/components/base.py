@@ -15,6 +15,13 @@ does not change. The tree calls:
                          ``p <= bound`` this component can restore along ``path`` (nodes from the
                          root down, the last possibly only partly matched). 0 always qualifies.
 * ``check_node(node)``   assert the component's invariants on one node.
+
+An insert that slides windows (``RadixTree.insert(..., slide=plan)``, see
+:mod:`hycache.tree.window`) asks two more things: ``fill_ranges(anchors, start, end)``, the
+positions whose data the insert makes present (None: every position, the default), and
+``units_for(tokens)``, the store units that data takes for ``tokens`` positions (to size the
+insert before it runs). ``marks_resume_point`` says that the component's data at a node is a
+point a later request can resume from (a recurrent state): an anchor of the window rule.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ class Component(ABC):
     #: KV: the request reads it); False when only a lock ending at the node does (a state:
     #: a request only copies the state it resumes from, as SGLang's MAMBA locks one node).
     pinned_on_path: ClassVar[bool] = True
+    #: True when data at a node is a point a request can resume from (a recurrent state at
+    #: ``node.end``): inserts that slide windows keep attention windows before such points.
+    marks_resume_point: ClassVar[bool] = False
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.kind
@@ -61,6 +71,21 @@ class Component(ABC):
     def fill(self, node: Node) -> bool:
         """Make data present for the node's positions; return True if it was newly made."""
         return False
+
+    def units_for(self, tokens: int) -> int:
+        """Store units ``fill`` takes for ``tokens`` (page-aligned) positions; 0 if it fills
+        nothing."""
+        return 0
+
+    def fill_ranges(
+        self, anchors: Sequence[int], start: int, end: int
+    ) -> Sequence[tuple[int, int]] | None:
+        """For an insert of ``[0, end)`` that slides windows: the page-aligned, sorted,
+        disjoint position ranges whose data it makes present, given the points a later request
+        could resume at (``anchors``, each in ``(0, end]``) and the first position the
+        inserting request computed (``start``). None (the default): every position of the
+        path, as a plain insert."""
+        return None
 
     @abstractmethod
     def split(self, upper: Node, lower: Node) -> None: ...

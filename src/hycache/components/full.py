@@ -30,6 +30,9 @@ class PagedKVComponent(Component):
         node.data[slot] = self.store.alloc_pages(node.length // self.page_size)
         return True
 
+    def units_for(self, tokens: int) -> int:
+        return tokens // self.page_size
+
     def split(self, upper: Node, lower: Node) -> None:
         slot = self.slot
         pages: Sequence[int] | None = lower.data[slot]

@@ -18,6 +18,7 @@ from hycache.tree.node import Node
 class RecurrentComponent(Component):
     kind: ClassVar[str] = "recurrent"
     pinned_on_path: ClassVar[bool] = False
+    marks_resume_point: ClassVar[bool] = True
 
     def __init__(
         self, store: SlotStore, *, bytes_per_state: int = 0, name: str | None = None

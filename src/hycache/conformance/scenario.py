@@ -1,7 +1,10 @@
 """Conformance scenarios (DESIGN.md section 4): load, validate, run against a cache.
 
 A scenario file is JSON: ``name``, ``page_size``, ``groups`` and ``steps``; each step is an
-``insert``, a ``match`` (with expected ``hit`` and ``kv_hit``) or a ``drop``. Loading checks
+``insert``, a ``match`` (with expected ``hit`` and ``kv_hit``) or a ``drop``. An insert with
+``"slide": true`` (or ``{"from": p}``: the request computed its tokens from position p on)
+slides windows as a finishing request does: SWA KV no later request can read is inserted as a
+tombstone (the rule: :mod:`hycache.components.swa`). Loading checks
 the whole file first (unknown keys, types, page alignment), so a malformed scenario is reported
 with its file and reason before anything runs.
 """
@@ -25,6 +28,7 @@ class Insert:
     tokens: tuple[int, ...]
     states_at: tuple[int, ...]
     namespace: str | None
+    slide: int | None = None  # None: a plain insert; else slide, computed from this position
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,11 @@ class ScenarioTarget(Protocol):
     """What a scenario drives: the real cache (an adapter) or the reference model."""
 
     def insert(
-        self, tokens: Sequence[int], states_at: Sequence[int] = (), namespace: str | None = None
+        self,
+        tokens: Sequence[int],
+        states_at: Sequence[int] = (),
+        namespace: str | None = None,
+        slide: int | None = None,
     ) -> None: ...
 
     def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]: ...
@@ -152,6 +160,18 @@ class _Reader:
             raise self.fail(f"{where}: namespace must be a string, got {value!r}")
         return value
 
+    def slide(self, value: Any, where: str, page: int) -> int | None:
+        """``slide``: absent or false (a plain insert), true (slide, computed from 0) or
+        ``{"from": p}`` with p page-aligned."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return 0
+        if not isinstance(value, dict):
+            raise self.fail(f'{where}.slide: expected true or {{"from": position}}')
+        self.keys(value, f"{where}.slide", {"from"}, set())
+        return self.aligned(value["from"], f"{where}.slide.from", page)
+
     def group(self, raw: Any, where: str) -> GroupConfig:
         if not isinstance(raw, dict):
             raise self.fail(f"{where}: expected an object")
@@ -172,7 +192,7 @@ class _Reader:
             raise self.fail(f"{where}: needs exactly one of insert, match, drop")
         ns = self.namespace(raw, where)
         if verbs[0] == "insert":
-            self.keys(raw, where, {"insert"}, {"states_at", "namespace"})
+            self.keys(raw, where, {"insert"}, {"states_at", "namespace", "slide"})
             tokens = self.tokens(raw["insert"], f"{where}.insert")
             states = raw.get("states_at", [])
             if not isinstance(states, list):
@@ -186,7 +206,7 @@ class _Reader:
                 checked.append(p)
             if checked and "recurrent" not in kinds:
                 raise self.fail(f"{where}.states_at: the scenario has no recurrent group")
-            return Insert(tokens, tuple(checked), ns)
+            return Insert(tokens, tuple(checked), ns, self.slide(raw.get("slide"), where, page))
         if verbs[0] == "match":
             self.keys(raw, where, {"match", "hit", "kv_hit"}, {"namespace"})
             return Match(
@@ -255,7 +275,7 @@ def run_scenario(scenario: Scenario, factory: TargetFactory) -> Outcome:
     for index, step in enumerate(scenario.steps):
         try:
             if isinstance(step, Insert):
-                target.insert(step.tokens, step.states_at, step.namespace)
+                target.insert(step.tokens, step.states_at, step.namespace, step.slide)
             elif isinstance(step, Match):
                 actual = target.match(step.tokens, step.namespace)
                 checked += 1

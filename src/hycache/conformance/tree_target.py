@@ -13,6 +13,7 @@ from hycache.errors import CacheUsageError
 from hycache.memory.unbounded import UnboundedStore
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
+from hycache.tree.window import plan_slide
 
 
 def build_components(groups: Sequence[GroupConfig], store: UnboundedStore) -> list[Component]:
@@ -48,16 +49,32 @@ class TreeTarget:
         return found
 
     def insert(
-        self, tokens: Sequence[int], states_at: Sequence[int] = (), namespace: str | None = None
+        self,
+        tokens: Sequence[int],
+        states_at: Sequence[int] = (),
+        namespace: str | None = None,
+        slide: int | None = None,
     ) -> None:
+        """Insert ``tokens`` and put states at ``states_at``. ``slide``: slide windows as a
+        request that computed its tokens from position ``slide`` on (None: a plain insert)."""
         page = self.tree.page_size
         cached = len(tokens) - len(tokens) % page
         recurrent = [c for c in self.tree.components if isinstance(c, RecurrentComponent)]
         for p in states_at:  # validate everything before mutating anything
             if p <= 0 or p % page or p > cached or not recurrent:
                 raise CacheUsageError(f"cannot put a state at {p} (cached {cached})")
+        if slide is not None and (slide < 0 or slide % page):
+            raise CacheUsageError(f"slide from {slide}: not a page-aligned position")
         token_list = list(tokens)
-        path = self.tree.insert(token_list, namespace)
+        if slide is None:
+            path = self.tree.insert(token_list, namespace)
+        else:
+            found = self.tree.match(token_list, namespace)
+            plan = plan_slide(self.tree, found, cached, start=slide, anchors=states_at)
+            pages = self.store.pages_in_use
+            path = self.tree.insert(token_list, namespace, slide=plan)
+            taken = self.store.pages_in_use - pages
+            assert taken == sum(plan.units), f"slide plan said {plan.units} units, took {taken}"
         for p in states_at:
             node = self.tree.split_at(token_list, p, namespace)
             for component in recurrent:

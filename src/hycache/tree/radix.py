@@ -12,12 +12,16 @@ all accept).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from hycache.components.base import Component
 from hycache.errors import CacheUsageError
 from hycache.tree.base import MatchResult
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, TokenKey, encode_tokens
 from hycache.tree.node import Node
+
+if TYPE_CHECKING:
+    from hycache.tree.window import SlidePlan
 
 
 class RadixTree:
@@ -142,14 +146,44 @@ class RadixTree:
         *,
         length: int | None = None,
         after: MatchResult | None = None,
+        slide: SlidePlan | None = None,
     ) -> list[Node]:
         """Cache ``tokens[:length]`` (whole pages only): create or revive the path and ``fill``
         every component on it. Returns the path nodes, covering exactly ``[0, L)`` with ``L``
         the length rounded down to pages. Mutates the tree.
 
         ``after``: a ``match`` result of the same tokens; when the tree's structure has not
-        changed since, its fully matched nodes are reused without comparing tokens again."""
+        changed since, its fully matched nodes are reused without comparing tokens again.
+
+        ``slide``: a :func:`hycache.tree.window.plan_slide` plan of this insert (its match
+        taken as ``after``; its length replaces ``length``): each component fills only the
+        ranges the plan gives it, splitting nodes at their bounds, so that exactly
+        ``slide.units`` are taken. CacheUsageError (nothing changed) if the tree's structure
+        changed since the plan's match."""
         key = encode_tokens(tokens)
+        if slide is not None:
+            found = slide.found
+            if (
+                found.tree_version != self.version
+                or found.namespace != namespace
+                or not (found.key is key or found.key == key)
+            ):
+                raise CacheUsageError("slide plan of other tokens, or the tree changed since")
+            after, length = found, slide.length
+        path = self._insert_structure(key, namespace, length, after)
+        if slide is None:
+            for node in path:
+                for component in self.components:
+                    component.fill(node)
+        else:
+            self._fill_slid(path, slide)
+        return path
+
+    def _insert_structure(
+        self, key: TokenKey, namespace: str | None, length: int | None, after: MatchResult | None
+    ) -> list[Node]:
+        """The structural part of ``insert``: the path nodes covering ``[0, L)``, created or
+        split as needed; no component is filled."""
         page = self._page_bytes
         limit = len(key) if length is None else min(length * TOKEN_BYTES, len(key))
         limit -= limit % page
@@ -166,8 +200,6 @@ class RadixTree:
             for trusted in after.path:
                 if trusted.end * TOKEN_BYTES > trusted_end:
                     break
-                for component in self.components:
-                    component.fill(trusted)
                 path.append(trusted)
                 node = trusted
                 offset = trusted.end * TOKEN_BYTES
@@ -183,12 +215,34 @@ class RadixTree:
                 offset_in = offset + self._common_pages(child.key, key, offset)
                 if offset_in < child.end * TOKEN_BYTES:
                     child = self._split(child, offset_in // TOKEN_BYTES)
-            for component in self.components:
-                component.fill(child)
             path.append(child)
             node = child
             offset = child.end * TOKEN_BYTES
         return path
+
+    def _fill_slid(self, path: list[Node], slide: SlidePlan) -> None:
+        """Fill ``path`` as ``slide`` says: split nodes lacking a component's data at the
+        bounds of its ranges, then fill that component on the nodes inside them."""
+        for component, spans in zip(self.components, slide.ranges, strict=True):
+            if spans is None:
+                continue
+            for lo, hi in spans:
+                for bound in (lo, hi):
+                    if 0 < bound < slide.length:
+                        self._cut_if_absent(path, bound, component)
+        for node in path:
+            for component, spans in zip(self.components, slide.ranges, strict=True):
+                if spans is None or any(lo <= node.start and node.end <= hi for lo, hi in spans):
+                    component.fill(node)
+
+    def _cut_if_absent(self, path: list[Node], bound: int, component: Component) -> None:
+        """Make ``bound`` a node boundary of ``path`` if the node containing it lacks
+        ``component``'s data (a node with the data is kept whole: fill leaves it alone)."""
+        for node in path:
+            if node.start < bound < node.end:
+                if not component.has(node):
+                    self.boundary_on_path(path, bound)
+                return
 
     def split_at(self, tokens: TokenInput, length: int, namespace: str | None = None) -> Node:
         """Make a node boundary at prefix ``length`` of ``tokens`` (which must be cached that

@@ -1,0 +1,201 @@
+"""Inserts that slide windows: the plan (anchors, ranges, units), the insert that follows it,
+and the SWA component's window rule. The differential fuzzer (``test_tree_differential``)
+checks the same against the reference model on random operation sequences."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hycache.components.base import Component
+from hycache.components.full import FullComponent
+from hycache.components.recurrent import RecurrentComponent
+from hycache.components.swa import SlidingWindowComponent
+from hycache.errors import CacheUsageError, ConfigError
+from hycache.memory.unbounded import UnboundedStore
+from hycache.tree.radix import RadixTree
+from hycache.tree.window import branch_points, plan_slide
+
+
+def tree_of(page: int, window: int, *, recurrent: bool = False) -> tuple[RadixTree, UnboundedStore]:
+    store = UnboundedStore()
+    components: list[Component] = [FullComponent(store), SlidingWindowComponent(store, window)]
+    if recurrent:
+        components.append(RecurrentComponent(store))
+    return RadixTree(page, components), store
+
+
+def swa_spans(tree: RadixTree, tokens: list[int]) -> list[tuple[int, int, bool]]:
+    """(start, end, swa live) of the nodes on the path of ``tokens``."""
+    swa = tree.components[1]
+    return [(n.start, n.end, swa.has(n)) for n in tree.nodes_on(tokens)]
+
+
+def slide(
+    tree: RadixTree, tokens: list[int], *, start: int = 0, anchors: tuple[int, ...] = ()
+) -> None:
+    plan = plan_slide(tree, tree.match(tokens), len(tokens), start=start, anchors=anchors)
+    tree.insert(tokens, slide=plan)
+    tree.check_integrity()
+
+
+def test_a_slid_insert_keeps_the_window_before_its_end_only() -> None:
+    tree, store = tree_of(4, 8)
+    tokens = list(range(100, 132))
+    plan = plan_slide(tree, tree.match(tokens), 32)
+    assert plan.anchors == (32,)
+    assert plan.ranges == (None, ((24, 32),))
+    assert plan.units == (8, 2)  # full: 8 pages; swa: the 2 pages of [24, 32)
+    tree.insert(tokens, slide=plan)
+    tree.check_integrity()
+    assert store.pages_in_use == 10
+    assert swa_spans(tree, tokens) == [(0, 24, False), (24, 32, True)]
+    assert tree.match(tokens).hit == 32
+    assert tree.match([*tokens[:24], 1, 2, 3, 4]).hit == 0
+
+
+def test_a_branch_point_and_a_state_are_anchors() -> None:
+    tree, _ = tree_of(4, 8, recurrent=True)
+    first = list(range(100, 132))
+    slide(tree, first)
+    second = [*first[:16], *range(200, 216)]
+    found = tree.match(second)
+    assert branch_points(found, 32) == [16]
+    plan = plan_slide(tree, found, 32, anchors=(28,))
+    assert plan.anchors == (16, 28, 32)
+    assert plan.ranges[1] == ((8, 16), (20, 32))
+    tree.insert(second, slide=plan)
+    tree.check_integrity()
+    assert swa_spans(tree, second) == [
+        (0, 8, False),
+        (8, 16, True),
+        (16, 20, False),
+        (20, 32, True),
+    ]
+    # the first path's [8, 16) came back to life: its window before 16 is whole again
+    assert swa_spans(tree, first) == [
+        (0, 8, False),
+        (8, 16, True),
+        (16, 24, False),
+        (24, 32, True),
+    ]
+    swa = tree.components[1]
+    assert swa.deepest_accepted(list(tree.match(first[:16]).path), 16) == 16
+
+
+def test_existing_states_on_the_path_are_anchors() -> None:
+    tree, _ = tree_of(4, 8, recurrent=True)
+    tokens = list(range(100, 132))
+    tree.insert(tokens[:12])
+    recurrent = tree.components[2]
+    assert isinstance(recurrent, RecurrentComponent)
+    recurrent.put(tree.split_at(tokens, 12))
+    tree.release_range(tree.components[1], tokens, 0, 12)  # a tombstone before the state
+    plan = plan_slide(tree, tree.match(tokens), 32)
+    assert plan.anchors == (12, 32)
+    assert plan.ranges[1:] == (((4, 12), (24, 32)), None)
+    assert plan.units == (5, 4, 0)  # full: [12, 32); swa: [4, 12) revived and [24, 32) new
+    tree.insert(tokens, slide=plan)
+    tree.check_integrity()
+    assert tree.match([*tokens[:16], 1, 2, 3, 4]).hit == 12
+
+
+def test_the_start_bounds_what_is_revived() -> None:
+    tree, _ = tree_of(4, 8)
+    first = list(range(100, 132))
+    slide(tree, first)
+    second = [*first[:16], *range(200, 216)]
+    slide(tree, second, start=14)  # rounded up to 16: the branch window [8, 16) stays dropped
+    assert tree.match([*first[:16], 7, 7, 7, 7]).hit == 0
+    assert tree.match(second).hit == 32
+
+
+def test_live_swa_is_never_dropped_and_full_tombstones_are_revived() -> None:
+    tree, store = tree_of(2, 4)
+    tokens = list(range(50, 70))
+    tree.insert(tokens)
+    tree.release_range(tree.components[0], tokens, 6, 10)  # full KV gone in [6, 10): one node
+    before = store.pages_in_use
+    plan = plan_slide(tree, tree.match(tokens), 20)
+    assert plan.units == (2, 0)  # full comes back in [6, 10); swa is all live already
+    tree.insert(tokens, slide=plan)
+    tree.check_integrity()
+    assert store.pages_in_use == before + 2
+    assert all(live for *_, live in swa_spans(tree, tokens))
+
+
+def test_a_partly_matched_tombstone_is_counted() -> None:
+    """The insert ends inside a tombstoned node: the part it fills is planned exactly."""
+    tree, store = tree_of(2, 16)
+    tokens = list(range(20))
+    tree.insert(tokens)
+    tree.release_range(tree.components[1], tokens, 0, 20)
+    before = store.pages_in_use
+    plan = plan_slide(tree, tree.match(tokens[:12]), 12)
+    assert plan.units == (0, 6)  # swa of [0, 12): the window (15 positions) covers it all
+    tree.insert(tokens[:12], slide=plan)
+    tree.check_integrity()
+    assert store.pages_in_use == before + 6
+
+
+def test_a_stale_plan_is_refused_and_changes_nothing() -> None:
+    tree, store = tree_of(4, 8)
+    tokens = list(range(100, 132))
+    plan = plan_slide(tree, tree.match(tokens), 32)
+    tree.insert(list(range(500, 508)))
+    version, pages = tree.version, store.pages_in_use
+    with pytest.raises(CacheUsageError):
+        tree.insert(tokens, slide=plan)
+    with pytest.raises(CacheUsageError):
+        plan_slide(tree, plan.found, 32)
+    other = plan_slide(tree, tree.match(tokens), 32)
+    with pytest.raises(CacheUsageError):
+        tree.insert(list(range(1, 33)), slide=other)  # the plan of other tokens
+    assert (tree.version, store.pages_in_use) == (version, pages)
+    tree.check_integrity()
+
+
+def test_fill_ranges_merge_round_out_and_keep_a_page_with_window_one() -> None:
+    swa = SlidingWindowComponent(UnboundedStore(), 6)
+    swa.bind(0, 4)
+    assert swa.fill_ranges([32], 0, 32) == [(24, 32)]  # 5 positions before 32, whole pages
+    assert swa.fill_ranges([16, 20, 40], 0, 40) == [(8, 20), (32, 40)]
+    assert swa.fill_ranges([16, 40], 13, 40) == [(32, 40)]  # start 13 rounds up to 16
+    assert swa.fill_ranges([4], 0, 4) == [(0, 4)]
+    one = SlidingWindowComponent(UnboundedStore(), 1)
+    one.bind(0, 4)
+    assert one.fill_ranges([8, 16], 0, 16) == [(4, 8), (12, 16)]
+    with pytest.raises(ConfigError):
+        SlidingWindowComponent(UnboundedStore(), 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    page=st.sampled_from([1, 2, 4]),
+    window=st.integers(1, 12),
+    length=st.integers(1, 12),
+    start=st.integers(0, 48),
+    anchors=st.lists(st.integers(1, 12), max_size=4),
+)
+def test_fill_ranges_hold_exactly_the_positions_some_anchor_reads(
+    page: int, window: int, length: int, start: int, anchors: list[int]
+) -> None:
+    """Position q is in a range iff q >= start (rounded up to a page) and q's page meets the
+    ``max(window - 1, 1)`` positions before some anchor; ranges are sorted, disjoint, aligned."""
+    end = length * page
+    points = sorted({a * page for a in anchors if a * page <= end} | {end})
+    swa = SlidingWindowComponent(UnboundedStore(), window)
+    swa.bind(0, page)
+    spans = swa.fill_ranges(points, start, end)
+    for (lo, hi), (nlo, _) in itertools.pairwise(spans):
+        assert lo < hi < nlo
+    assert all(lo % page == 0 and hi % page == 0 for lo, hi in spans)
+    first = -(-start // page) * page
+    reach = max(window - 1, 1)
+    for q in range(end):
+        page_lo = q - q % page
+        wanted = q >= first and any(page_lo < a and page_lo + page > a - reach for a in points)
+        assert any(lo <= q < hi for lo, hi in spans) == wanted, q
