@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from hycache.components.base import Component
 from hycache.errors import CacheUsageError
 from hycache.tree.base import MatchResult
+from hycache.tree.drops import release_range, release_state_at
+from hycache.tree.integrity import check_tree
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, TokenKey, encode_tokens
 from hycache.tree.node import Node
 
@@ -407,37 +409,9 @@ class RadixTree:
         return held
 
     def check_integrity(self) -> None:
-        """Assert every structural invariant of the tree and of every component's data."""
-        page = self.page_size
-        for namespace, root in self._roots.items():
-            assert root.parent is None and root.start == root.end == 0 and not root.key
-            assert root.namespace == namespace and all(d is None for d in root.data)
-            stack = [root]
-            while stack:
-                node = stack.pop()
-                child_locks = 0
-                for key, child in node.children.items():
-                    assert child.parent is node, f"{child} has a wrong parent"
-                    assert child.namespace == namespace
-                    assert child.length > 0 and child.length % page == 0
-                    assert len(child.key) == child.length * TOKEN_BYTES
-                    assert key == child.key[: self._page_bytes], f"{child} filed under a wrong key"
-                    assert child.start == node.end
-                    assert (
-                        child.children or child.lock_ref or any(d is not None for d in child.data)
-                    ), f"empty leaf {child} was not pruned"
-                    for component in self.components:
-                        component.check_node(child)
-                    child_locks += child.lock_ref
-                    stack.append(child)
-                if node.parent is not None:
-                    assert node.lock_ref >= child_locks, f"{node} lock_ref below its children's"
-                    assert node.lock_ref == child_locks + node.end_ref, (
-                        f"{node}: lock_ref is not its children's plus the locks ending there"
-                    )
-                    assert 0 <= node.state_ref <= node.end_ref, (
-                        f"{node}: state locks beyond the locks ending there"
-                    )
+        """Check every structural invariant of the tree and of every component's data
+        (:func:`hycache.tree.integrity.check_tree`)."""
+        check_tree(self)
 
     # ------------------------------------------------------------------ path-level drops
     def release_range(
@@ -448,33 +422,8 @@ class RadixTree:
         end: int | None = None,
         namespace: str | None = None,
     ) -> int:
-        """Drop ``component``'s data for positions ``[start, end)`` (``end`` None = to the end
-        of the cached path) on the path of ``tokens``; positions not cached are ignored.
-        Splits nodes at the bounds so data outside the range is kept. Raises CacheUsageError
-        (before dropping anything) if a node in the range is locked. Returns nodes touched."""
-        page = self.page_size
-        if start < 0 or start % page or (end is not None and (end < start or end % page)):
-            raise CacheUsageError(
-                f"range [{start}, {end}) must be page-aligned (page_size {page}) and ordered"
-            )
-        key = encode_tokens(tokens)
-        _, matched = self._walk(key, namespace)
-        stop = matched if end is None else min(end, matched)
-        if start >= stop:
-            return 0
-        if start > 0:
-            self.split_at(key, start, namespace)
-        self.split_at(key, stop, namespace)
-        targets = [n for n in self.nodes_on(key, namespace, length=stop) if n.start >= start]
-        for node in targets:
-            if self.pinned(node, component) and component.has(node):
-                raise CacheUsageError(f"cannot drop {component.name} data of locked {node}")
-        touched = 0
-        for node in reversed(targets):
-            if component.has(node):
-                touched += 1
-                self.release(node, component)
-        return touched
+        """:func:`hycache.tree.drops.release_range` on this tree."""
+        return release_range(self, component, tokens, start, end, namespace)
 
     def release_state_at(
         self,
@@ -483,14 +432,5 @@ class RadixTree:
         length: int,
         namespace: str | None = None,
     ) -> bool:
-        """Drop ``component``'s data on the node ending exactly at prefix ``length`` of
-        ``tokens``. Returns False when there is none. Raises CacheUsageError if it is locked."""
-        if length <= 0 or length % self.page_size:
-            raise CacheUsageError(
-                f"position {length} must be a positive multiple of page_size {self.page_size}"
-            )
-        for node in self.nodes_on(tokens, namespace, length=length):
-            if node.end == length and component.has(node):
-                self.release(node, component)
-                return True
-        return False
+        """:func:`hycache.tree.drops.release_state_at` on this tree."""
+        return release_state_at(self, component, tokens, length, namespace)
