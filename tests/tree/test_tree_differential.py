@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from hycache.conformance.reference import GroupConfig, Key, ReferenceCache
+from hycache.conformance.scenario import Slide
 from hycache.conformance.tree_target import TreeTarget
 from hycache.errors import CacheUsageError
 from hycache.tree.base import MatchResult
@@ -314,11 +315,15 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
         states = list(op.states) if op.raw else [pos(s, aligned_n) or page for s in op.states]
         if not op.raw:
             states = [s for s in states if s <= aligned_n]
-        start = op.a if op.raw else (0 if op.b % 2 else pos(op.a, aligned_n))
+        if op.raw:
+            slide = Slide(op.a, op.b)
+        else:  # half from 0, a third with every page boundary of a prefix a resume point
+            start = 0 if op.b % 2 else pos(op.a, aligned_n)
+            slide = Slide(start, pos(op.b, aligned_n) if op.b % 3 == 0 else 0)
         outcome = pair.both(
             "slide",
-            lambda: pair.tree.insert(toks, states, ns, start),
-            lambda: pair.ref.insert(toks, states, ns, start),
+            lambda: pair.tree.insert(toks, states, ns, slide),
+            lambda: pair.ref.insert(toks, states, ns, slide),
         )
     elif op.kind == "match":
         pass  # compared below

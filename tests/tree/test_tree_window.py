@@ -35,9 +35,16 @@ def swa_spans(tree: RadixTree, tokens: list[int]) -> list[tuple[int, int, bool]]
 
 
 def slide(
-    tree: RadixTree, tokens: list[int], *, start: int = 0, anchors: tuple[int, ...] = ()
+    tree: RadixTree,
+    tokens: list[int],
+    *,
+    start: int = 0,
+    anchors: tuple[int, ...] = (),
+    prefix: int = 0,
 ) -> None:
-    plan = plan_slide(tree, tree.match(tokens), len(tokens), start=start, anchors=anchors)
+    plan = plan_slide(
+        tree, tree.match(tokens), len(tokens), start=start, anchors=anchors, prefix=prefix
+    )
     tree.insert(tokens, slide=plan)
     tree.check_integrity()
 
@@ -158,6 +165,17 @@ def test_a_stale_plan_is_refused_and_changes_nothing() -> None:
     tree.check_integrity()
 
 
+def test_a_prefix_keeps_every_boundary_below_it_resumable() -> None:
+    """Without recurrent layers a later request may resume at any prefix of a prompt: the
+    cache passes the prompt as ``prefix`` and only the output beyond the window drops."""
+    tree, _ = tree_of(4, 8)
+    tokens = list(range(100, 148))  # a prompt of 20 tokens, then 28 of output
+    slide(tree, tokens, prefix=20)
+    assert swa_spans(tree, tokens) == [(0, 20, True), (20, 40, False), (40, 48, True)]
+    assert tree.match([*tokens[:12], 1, 2, 3, 4]).hit == 12
+    assert tree.match([*tokens[:32], 1, 2, 3, 4]).hit == 20
+
+
 def test_fill_ranges_merge_round_out_and_keep_a_page_with_window_one() -> None:
     swa = SlidingWindowComponent(UnboundedStore(), 6)
     swa.bind(0, 4)
@@ -165,6 +183,8 @@ def test_fill_ranges_merge_round_out_and_keep_a_page_with_window_one() -> None:
     assert swa.fill_ranges([16, 20, 40], 0, 40) == [(8, 20), (32, 40)]
     assert swa.fill_ranges([16, 40], 13, 40) == [(32, 40)]  # start 13 rounds up to 16
     assert swa.fill_ranges([4], 0, 4) == [(0, 4)]
+    assert swa.fill_ranges([40], 0, 40, prefix=8) == [(0, 8), (32, 40)]
+    assert swa.fill_ranges([16], 4, 40, prefix=12) == [(4, 16)]
     one = SlidingWindowComponent(UnboundedStore(), 1)
     one.bind(0, 4)
     assert one.fill_ranges([8, 16], 0, 16) == [(4, 8), (12, 16)]
@@ -179,17 +199,20 @@ def test_fill_ranges_merge_round_out_and_keep_a_page_with_window_one() -> None:
     length=st.integers(1, 12),
     start=st.integers(0, 48),
     anchors=st.lists(st.integers(1, 12), max_size=4),
+    prefix=st.integers(0, 12),
 )
 def test_fill_ranges_hold_exactly_the_positions_some_anchor_reads(
-    page: int, window: int, length: int, start: int, anchors: list[int]
+    page: int, window: int, length: int, start: int, anchors: list[int], prefix: int
 ) -> None:
-    """Position q is in a range iff q >= start (rounded up to a page) and q's page meets the
-    ``max(window - 1, 1)`` positions before some anchor; ranges are sorted, disjoint, aligned."""
+    """Position q is in a range iff q >= start (rounded up to a page) and q is below the
+    prefix or q's page meets the ``max(window - 1, 1)`` positions before some anchor; ranges
+    are sorted, disjoint, aligned."""
     end = length * page
     points = sorted({a * page for a in anchors if a * page <= end} | {end})
+    below = min(prefix * page, end)
     swa = SlidingWindowComponent(UnboundedStore(), window)
     swa.bind(0, page)
-    spans = swa.fill_ranges(points, start, end)
+    spans = swa.fill_ranges(points, start, end, below)
     for (lo, hi), (nlo, _) in itertools.pairwise(spans):
         assert lo < hi < nlo
     assert all(lo % page == 0 and hi % page == 0 for lo, hi in spans)
@@ -197,5 +220,7 @@ def test_fill_ranges_hold_exactly_the_positions_some_anchor_reads(
     reach = max(window - 1, 1)
     for q in range(end):
         page_lo = q - q % page
-        wanted = q >= first and any(page_lo < a and page_lo + page > a - reach for a in points)
+        wanted = q >= first and (
+            q < below or any(page_lo < a and page_lo + page > a - reach for a in points)
+        )
         assert any(lo <= q < hi for lo, hi in spans) == wanted, q

@@ -17,7 +17,7 @@ does not change. The tree calls:
 * ``check_node(node)``   assert the component's invariants on one node.
 
 An insert that slides windows (``RadixTree.insert(..., slide=plan)``, see
-:mod:`hycache.tree.window`) asks two more things: ``fill_ranges(anchors, start, end)``, the
+:mod:`hycache.tree.window`) asks two more things: ``fill_ranges(anchors, start, end, prefix)``, the
 positions whose data the insert makes present (None: every position, the default), and
 ``units_for(tokens)``, the store units that data takes for ``tokens`` positions (to size the
 insert before it runs). ``marks_resume_point`` says that the component's data at a node is a
@@ -78,13 +78,13 @@ class Component(ABC):
         return 0
 
     def fill_ranges(
-        self, anchors: Sequence[int], start: int, end: int
+        self, anchors: Sequence[int], start: int, end: int, prefix: int = 0
     ) -> Sequence[tuple[int, int]] | None:
         """For an insert of ``[0, end)`` that slides windows: the page-aligned, sorted,
         disjoint position ranges whose data it makes present, given the points a later request
-        could resume at (``anchors``, each in ``(0, end]``) and the first position the
-        inserting request computed (``start``). None (the default): every position of the
-        path, as a plain insert."""
+        could resume at (``anchors``, each in ``(0, end]``; besides, every page boundary below
+        ``prefix``) and the first position the inserting request computed (``start``). None
+        (the default): every position of the path, as a plain insert."""
         return None
 
     @abstractmethod

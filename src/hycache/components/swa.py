@@ -7,12 +7,15 @@ SWA data is ``None``; the tree splits nodes so a node is either wholly live or w
 Windows slide (an insert with a :class:`hycache.tree.window.SlidePlan`, what a finishing or
 publishing request does): SWA KV that no later request can read is inserted as a tombstone.
 The points a later request can resume at on an inserted path ``[0, L)`` (the *anchors*) are L
-(the next turn of a conversation extends the path), every recurrent state stored on the path
-(those this insert stores included) and every branch point (a node boundary where another
-cached path leaves this one). The insert fills SWA pages only
+(the next turn of a conversation extends the path), the points the caller names (the cache:
+where the same prompt sent again resumes, and the states it stores), every recurrent state on
+the path and every branch point (a node boundary where another cached path leaves this one);
+besides, every page boundary below ``prefix`` (the cache: the prompt, when the model has no
+recurrent layers and so a later request may resume at any prefix of it). The insert fills SWA
+pages only
 
-* for positions less than ``max(W - 1, 1)`` before an anchor, in whole pages (at least the page
-  before each anchor: a leaf is never a tombstone), and
+* for positions below ``prefix`` or less than ``max(W - 1, 1)`` before an anchor, in whole
+  pages (at least the page before each anchor: a leaf is never a tombstone), and
 * for positions the inserting request computed itself (from ``start``, its hit, rounded up to
   a page): KV before it came from the tree, and a tombstone there has nothing to revive it.
 
@@ -62,17 +65,22 @@ class SlidingWindowComponent(PagedKVComponent):
             raise ConfigError(f"a sliding window must be >= 1 token, got {window}")
         self.window = window
 
-    def fill_ranges(self, anchors: Sequence[int], start: int, end: int) -> list[tuple[int, int]]:
-        """The window rule (module docstring): per anchor a, ``[a - max(W - 1, 1), a)`` rounded
-        out to pages, clipped to ``[start rounded up to a page, end)``, merged."""
+    def fill_ranges(
+        self, anchors: Sequence[int], start: int, end: int, prefix: int = 0
+    ) -> list[tuple[int, int]]:
+        """The window rule (module docstring): ``[0, prefix)`` and, per anchor a,
+        ``[a - max(W - 1, 1), a)``, rounded out to pages, clipped to ``[start rounded up to a
+        page, end)``, merged."""
         page = self.page_size
         reach = max(self.window - 1, 1)
         first = -(-start // page) * page
+        raw = [(max(0, a - reach), a) for a in set(anchors)]
+        if prefix > 0:
+            raw.append((0, prefix))
         spans: list[tuple[int, int]] = []
-        for anchor in sorted(set(anchors)):
-            lo = max(0, anchor - reach)
+        for lo, hi in sorted(raw):
             lo = max(lo - lo % page, first)
-            hi = min(anchor, end)
+            hi = min(hi, end)
             if lo >= hi:
                 continue
             if spans and lo <= spans[-1][1]:

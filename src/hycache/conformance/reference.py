@@ -19,8 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hycache.errors import CacheUsageError
+
+if TYPE_CHECKING:
+    from hycache.conformance.scenario import Slide
 
 Key = tuple[str | None, tuple[int, ...]]
 
@@ -57,15 +61,17 @@ class ReferenceCache:
         tokens: Sequence[int],
         states_at: Sequence[int] = (),
         namespace: str | None = None,
-        slide: int | None = None,
+        slide: Slide | None = None,
     ) -> None:
         limit = self._aligned(len(tokens))
         has_recurrent = any(g.kind == "recurrent" for g in self.groups)
         for p in states_at:
             if p <= 0 or p % self.page_size or p > limit or not has_recurrent:
                 raise CacheUsageError(f"cannot put a state at {p}")
-        if slide is not None and (slide < 0 or slide % self.page_size):
-            raise CacheUsageError(f"slide from {slide}: not a page-aligned position")
+        if slide is not None and any(
+            p < 0 or p % self.page_size for p in (slide.start, slide.prefix)
+        ):
+            raise CacheUsageError(f"{slide}: positions must be page-aligned")
         anchors = None if slide is None else self._anchors(tokens, limit, states_at, namespace)
         for q in range(limit):
             key = self._pos(namespace, tokens, q)
@@ -105,15 +111,17 @@ class ReferenceCache:
                 anchors.add(p)
         return anchors
 
-    def _kept(self, group: GroupConfig, q: int, anchors: set[int], start: int | None) -> bool:
+    def _kept(self, group: GroupConfig, q: int, anchors: set[int], slide: Slide | None) -> bool:
         """Whether a sliding insert keeps SWA KV at position ``q``: computed by the request
-        (``q`` at or past ``start`` rounded up to a page) and within ``max(W - 1, 1)`` before
-        an anchor, rounded out to pages."""
-        if group.window is None or start is None:
-            raise CacheUsageError("a sliding insert of an SWA group needs its window and start")
+        (``q`` at or past ``slide.start`` rounded up to a page) and below ``slide.prefix`` or
+        within ``max(W - 1, 1)`` before an anchor, rounded out to pages."""
+        if group.window is None or slide is None:
+            raise CacheUsageError("a sliding insert of an SWA group needs its window and slide")
         page = self.page_size
-        if q < -(-start // page) * page:
+        if q < -(-slide.start // page) * page:
             return False
+        if q < slide.prefix:
+            return True
         reach = max(group.window - 1, 1)
         for a in anchors:
             lo = max(0, a - reach)

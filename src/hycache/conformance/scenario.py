@@ -2,9 +2,10 @@
 
 A scenario file is JSON: ``name``, ``page_size``, ``groups`` and ``steps``; each step is an
 ``insert``, a ``match`` (with expected ``hit`` and ``kv_hit``) or a ``drop``. An insert with
-``"slide": true`` (or ``{"from": p}``: the request computed its tokens from position p on)
-slides windows as a finishing request does: SWA KV no later request can read is inserted as a
-tombstone (the rule: :mod:`hycache.components.swa`). Loading checks
+``"slide": true`` slides windows as a finishing request does: SWA KV no later request can read
+is inserted as a tombstone (the rule: :mod:`hycache.components.swa`); ``"slide": {"from": p,
+"prefix": q}`` (both optional, default 0) says the request computed its tokens from position
+p on and that a later request may resume at any page boundary below q. Loading checks
 the whole file first (unknown keys, types, page alignment), so a malformed scenario is reported
 with its file and reason before anything runs.
 """
@@ -24,11 +25,20 @@ GROUP_KINDS = ("full", "swa", "recurrent")
 
 
 @dataclass(frozen=True)
+class Slide:
+    """How an insert slides windows: the request computed its tokens from ``start`` on; every
+    page boundary below ``prefix`` is a point a later request may resume at."""
+
+    start: int = 0
+    prefix: int = 0
+
+
+@dataclass(frozen=True)
 class Insert:
     tokens: tuple[int, ...]
     states_at: tuple[int, ...]
     namespace: str | None
-    slide: int | None = None  # None: a plain insert; else slide, computed from this position
+    slide: Slide | None = None  # None: a plain insert
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,7 @@ class ScenarioTarget(Protocol):
         tokens: Sequence[int],
         states_at: Sequence[int] = (),
         namespace: str | None = None,
-        slide: int | None = None,
+        slide: Slide | None = None,
     ) -> None: ...
 
     def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]: ...
@@ -160,17 +170,20 @@ class _Reader:
             raise self.fail(f"{where}: namespace must be a string, got {value!r}")
         return value
 
-    def slide(self, value: Any, where: str, page: int) -> int | None:
-        """``slide``: absent or false (a plain insert), true (slide, computed from 0) or
-        ``{"from": p}`` with p page-aligned."""
+    def slide(self, value: Any, where: str, page: int) -> Slide | None:
+        """``slide``: absent or false (a plain insert), true (slide from 0) or an object with
+        optional page-aligned ``from`` and ``prefix``."""
         if value is None or value is False:
             return None
         if value is True:
-            return 0
+            return Slide()
         if not isinstance(value, dict):
-            raise self.fail(f'{where}.slide: expected true or {{"from": position}}')
-        self.keys(value, f"{where}.slide", {"from"}, set())
-        return self.aligned(value["from"], f"{where}.slide.from", page)
+            raise self.fail(f"{where}.slide: expected true or an object (from, prefix)")
+        self.keys(value, f"{where}.slide", set(), {"from", "prefix"})
+        return Slide(
+            self.aligned(value.get("from", 0), f"{where}.slide.from", page),
+            self.aligned(value.get("prefix", 0), f"{where}.slide.prefix", page),
+        )
 
     def group(self, raw: Any, where: str) -> GroupConfig:
         if not isinstance(raw, dict):

@@ -9,6 +9,7 @@ from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.components.swa import SlidingWindowComponent
 from hycache.conformance.reference import GroupConfig
+from hycache.conformance.scenario import Slide
 from hycache.errors import CacheUsageError
 from hycache.memory.unbounded import UnboundedStore
 from hycache.tree.node import Node
@@ -53,24 +54,31 @@ class TreeTarget:
         tokens: Sequence[int],
         states_at: Sequence[int] = (),
         namespace: str | None = None,
-        slide: int | None = None,
+        slide: Slide | None = None,
     ) -> None:
         """Insert ``tokens`` and put states at ``states_at``. ``slide``: slide windows as a
-        request that computed its tokens from position ``slide`` on (None: a plain insert)."""
+        finishing request does (``plan_slide``; None: a plain insert)."""
         page = self.tree.page_size
         cached = len(tokens) - len(tokens) % page
         recurrent = [c for c in self.tree.components if isinstance(c, RecurrentComponent)]
         for p in states_at:  # validate everything before mutating anything
             if p <= 0 or p % page or p > cached or not recurrent:
                 raise CacheUsageError(f"cannot put a state at {p} (cached {cached})")
-        if slide is not None and (slide < 0 or slide % page):
-            raise CacheUsageError(f"slide from {slide}: not a page-aligned position")
+        if slide is not None and any(p < 0 or p % page for p in (slide.start, slide.prefix)):
+            raise CacheUsageError(f"{slide}: positions must be page-aligned")
         token_list = list(tokens)
         if slide is None:
             path = self.tree.insert(token_list, namespace)
         else:
             found = self.tree.match(token_list, namespace)
-            plan = plan_slide(self.tree, found, cached, start=slide, anchors=states_at)
+            plan = plan_slide(
+                self.tree,
+                found,
+                cached,
+                start=slide.start,
+                anchors=states_at,
+                prefix=slide.prefix,
+            )
             pages = self.store.pages_in_use
             path = self.tree.insert(token_list, namespace, slide=plan)
             taken = self.store.pages_in_use - pages

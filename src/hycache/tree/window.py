@@ -1,10 +1,11 @@
 """Planning an insert that slides windows: which positions each component fills, and the cost.
 
-``plan_slide(tree, found, length, start=..., anchors=...)`` is pure. It takes a fresh ``match``
-of the tokens to insert and returns a :class:`SlidePlan`: the *anchors* (the points a later
-request could resume at: the insert's end, the recurrent states on the path and those the
-caller will store, the branch points the path passes), per component the position ranges it
-fills (``Component.fill_ranges``; None: all) and the store units that takes. The caller makes
+``plan_slide(tree, found, length, start=..., anchors=..., prefix=...)`` is pure. It takes a
+fresh ``match`` of the tokens to insert and returns a :class:`SlidePlan`: the *anchors* (the
+points a later request could resume at: the insert's end, the recurrent states on the path and
+those the caller names, the branch points the path passes; besides, every page boundary below
+``prefix``), per component the position ranges it fills (``Component.fill_ranges``; None: all)
+and the store units that takes. The caller makes
 room for ``plan.units`` and then runs ``RadixTree.insert(..., slide=plan)``, which fills
 exactly that, or refuses a plan the tree has outgrown (its structure changed since the match).
 
@@ -31,13 +32,15 @@ Ranges = tuple[tuple[int, int], ...]
 class SlidePlan:
     """What ``RadixTree.insert(..., slide=self)`` fills. ``length``: page-aligned end of the
     insert. ``start``: first position the inserting request computed. ``anchors``: sorted
-    resume points. ``ranges[slot]``: the ranges component ``slot`` fills (None: all).
+    resume points; ``prefix``: every page boundary below it is one too. ``ranges[slot]``:
+    the ranges component ``slot`` fills (None: all).
     ``units[slot]``: store units the insert will take for it. ``found``: the match it was
     planned on (its ``tree_version`` must still be the tree's)."""
 
     length: int
     start: int
     anchors: tuple[int, ...]
+    prefix: int
     ranges: tuple[Ranges | None, ...]
     units: tuple[int, ...]
     found: MatchResult
@@ -110,18 +113,21 @@ def plan_slide(
     *,
     start: int = 0,
     anchors: Iterable[int] = (),
+    prefix: int = 0,
 ) -> SlidePlan:
     """Plan inserting ``[0, length)`` of the tokens ``found`` matched (``found`` fresh: no
     structural change since). ``start``: the first position the inserting request computed
     (its hit). ``anchors``: extra resume points, e.g. the states the caller will store.
-    Pure."""
+    ``prefix``: every page boundary below it is a resume point too. Pure."""
     if found.tree_version != tree.version:
         raise CacheUsageError("plan_slide needs a match of the tree as it is now")
     page = tree.page_size
     length = min(length, len(found.key) // TOKEN_BYTES)
     length -= length % page
-    if start < 0 or length < 0:
-        raise CacheUsageError(f"bad slide: start {start}, length {length}")
+    if start < 0 or prefix < 0:
+        raise CacheUsageError(f"bad slide: start {start}, prefix {prefix}")
+    prefix = min(prefix, length)
+    prefix -= prefix % page
     points = {length} if length else set()
     points.update(a for a in anchors if 0 < a <= length)
     points.update(branch_points(found, length))
@@ -130,10 +136,10 @@ def plan_slide(
     ranges: list[Ranges | None] = []
     units: list[int] = []
     for component in tree.components:
-        wanted = component.fill_ranges(ordered, start, length)
+        wanted = component.fill_ranges(ordered, start, length, prefix)
         spans = None if wanted is None else tuple(wanted)
         ranges.append(spans)
         gaps = _absent(tree, found, component.slot, length)
         tokens = _overlap(gaps, ((0, length),) if spans is None else spans)
         units.append(component.units_for(tokens))
-    return SlidePlan(length, start, ordered, tuple(ranges), tuple(units), found)
+    return SlidePlan(length, start, ordered, prefix, tuple(ranges), tuple(units), found)
