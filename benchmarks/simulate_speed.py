@@ -16,7 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
-from hycache.cli.units import parse_size
+from hycache.cli.sizes import parse_size
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, run_policy

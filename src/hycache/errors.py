@@ -1,7 +1,8 @@
 """The exception hierarchy of hycache.
 
 Typed errors are for problems a user can cause (bad input, bad configuration, a request that
-cannot fit). Internal invariants use ``assert`` instead and are never caught.
+cannot fit); a rejected call leaves every structure as it was. Broken invariants found by an
+integrity check raise ``IntegrityError`` (never ``assert``: ``python -O`` removes asserts).
 
     HycacheError
     ├── ConfigError            bad configuration: unknown preset/knob, page size vs window, ...
@@ -9,8 +10,10 @@ cannot fit). Internal invariants use ``assert`` instead and are never caught.
     ├── InputError             bad data from a file: carries file, line and reason
     │   └── ScenarioError      a malformed conformance scenario
     ├── CacheUsageError        an operation the cache cannot honour as asked (unaligned position,
-    │                          a state beyond cached KV, touching a locked entry, ...)
-    └── CapacityError          memory cannot be found even after eviction
+    │   │                      a state beyond cached KV, touching a locked entry, ...)
+    │   └── ArgumentError      an argument of a call has the wrong type or value (names it)
+    ├── CapacityError          memory cannot be found even after eviction
+    └── IntegrityError         an integrity check found a broken invariant (a bug, not misuse)
 """
 
 from __future__ import annotations
@@ -56,3 +59,17 @@ class CacheUsageError(HycacheError):
 
 class CapacityError(HycacheError):
     """Memory could not be found for a request even after evicting everything evictable."""
+
+
+class ArgumentError(CacheUsageError):
+    """An argument of a call has the wrong type or value; ``argument`` names it."""
+
+    def __init__(self, argument: str, reason: str) -> None:
+        super().__init__(f"{argument}: {reason}")
+        self.argument = argument
+        self.reason = reason
+
+
+class IntegrityError(HycacheError):
+    """An integrity check found a broken invariant: a bug in hycache or in its caller's use of
+    internals, never a consequence of bad input through the public API."""

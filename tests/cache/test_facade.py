@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
 from hycache.cache.presets import build_cache
@@ -26,17 +27,12 @@ from hycache.conformance.tree_target import build_components
 from hycache.errors import CacheUsageError, CapacityError, ConfigError
 from hycache.memory.layouts import shared_pool, unified_layout
 from hycache.memory.unbounded import UnboundedStore
-from hycache.policy.admission import AlwaysAdmit, SecondSighting
-from hycache.policy.base import (
-    AdmissionPolicy,
-    Checkpoint,
-    CheckpointPolicy,
-    PlanInput,
-    PrefillPlan,
-)
+from hycache.policy.admission import AdmissionPolicy, AlwaysAdmit, SecondSighting
+from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
 from hycache.policy.checkpoint.chunks import chunk_ends
-from hycache.policy.checkpoint.planners import MarconiPlanner
-from hycache.policy.eviction.heap import GDSFEviction, LRUEviction
+from hycache.policy.checkpoint.marconi import MarconiPlanner
+from hycache.policy.eviction.gdsf import GDSFEviction
+from hycache.policy.eviction.lru import LRUEviction
 from hycache.policy.eviction.marconi import MarconiEviction
 from hycache.policy.eviction.value import ValueEviction
 from hycache.spec.model import FullAttentionGroup, ModelSpec, RecurrentGroup, SlidingWindowGroup
@@ -133,16 +129,14 @@ def direct_cache(
     **options: bool,
 ) -> HybridPrefixCache:
     """A cache on a shared pool (default: page 16, the ``Points`` planner, GDSF);
-    ``options``: HybridPrefixCache's boolean options (``read_matched_kv``, ...)."""
+    ``options``: CacheConfig's boolean options (``read_matched_kv``, ...)."""
     return HybridPrefixCache(
         spec,
         shared_pool(spec, budget, page),
-        page_size=page,
+        CacheConfig(page_size=page, token_budget=token_budget, **options),
         checkpoint=planner or Points(),
         admission=admission or AlwaysAdmit(),
         eviction=eviction or GDSFEviction(),
-        token_budget=token_budget,
-        **options,  # type: ignore[arg-type]
     )
 
 
@@ -236,7 +230,7 @@ def three_requests(cache: HybridPrefixCache) -> list[Lease]:
 def test_seed_b_qwen35_block_pads_to_896() -> None:
     spec = ModelSpec.named(QWEN35)
     assert spec.recurrent is not None and spec.full is not None
-    assert spec.recurrent.state_bytes_per_layer == 3_268_608
+    assert spec.recurrent.state_bytes_per_layer == 3_207_168  # GDN state fp32, conv bf16
     assert spec.full.kv_bytes_per_token_per_layer == 4096
     assert unified_layout(spec, 128).attn_block == 896
     cache = vllm_54076("mamba")
@@ -314,12 +308,10 @@ def capped_cache(eviction: LRUEviction | MarconiEviction) -> HybridPrefixCache:
     return HybridPrefixCache(
         spec,
         pool,
-        page_size=512,
+        CacheConfig(page_size=512, running_slots=1, token_budget=1024),
         checkpoint=MarconiPlanner(),
         admission=AlwaysAdmit(),
         eviction=eviction,
-        running_slots=1,
-        token_budget=1024,
     )
 
 
@@ -859,7 +851,7 @@ def test_publish_shares_a_running_requests_prompt_and_states() -> None:
     assert isinstance(first, Lease)
     cache.record_planned(first, up_to=first.prompt_len)
     assert cache.lookup([*doc, 1])[1] == 0  # nothing shared before publishing
-    stored = cache.publish(first)
+    stored = cache.publish(first).states_inserted
     cache.check_integrity()
     assert stored and max(stored) == 256 and cache.pool.used_bytes <= budget
     second = cache.admit([*doc, *seq(7000, 40)], max_new_tokens=5)
@@ -870,7 +862,7 @@ def test_publish_shares_a_running_requests_prompt_and_states() -> None:
     cache.check_integrity()
     cache.finish(second)
     cache.check_integrity()
-    assert cache.pool.used_bytes <= budget and not cache.leases
+    assert cache.pool.used_bytes <= budget and not cache.requests_in_flight()
 
 
 def test_publish_without_room_keeps_the_request_whole() -> None:
@@ -881,10 +873,10 @@ def test_publish_without_room_keeps_the_request_whole() -> None:
     assert isinstance(lease, Lease)
     cache.record_planned(lease, up_to=lease.prompt_len)
     before = dict(cache.pool.units)
-    cache._ensure = lambda demand: {"bytes": 1}  # type: ignore[method-assign]
-    assert cache.publish(lease) == []
+    cache.accounting.ensure = lambda demand: {"bytes": 1}  # type: ignore[method-assign]
+    assert cache.publish(lease).cached_tokens == 0
     assert dict(cache.pool.units) == before and cache.lookup(seq(1000, 128))[1] == 0
-    del cache._ensure
+    del cache.accounting.ensure
     cache.extend(lease, seq(9000, 4))
     cache.finish(lease)
     cache.check_integrity()

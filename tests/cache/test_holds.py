@@ -11,8 +11,8 @@ from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.holds import SPARE_BUDGET_SHARE
 from hycache.cache.lease import Lease, Wait
 from hycache.cache.presets import build_cache
-from hycache.policy.base import CheckpointPolicy
-from hycache.policy.eviction.heap import GDSFEviction
+from hycache.policy.checkpoint.base import CheckpointPolicy
+from hycache.policy.eviction.gdsf import GDSFEviction
 from hycache.policy.eviction.value import CHEAP_GUESS_SHARE, ValueEviction
 from hycache.spec.model import ModelSpec
 from tests.cache.test_facade import Points, direct_cache, per_request_bytes, seq, tiny_spec
@@ -55,13 +55,13 @@ def drop_state_at(cache: HybridPrefixCache, tokens: list[int], position: int) ->
 def doc_with_state_at_128(cache: HybridPrefixCache) -> list[int]:
     """Cache a 256-token document's KV with the only state at 128."""
     doc = seq(0, 256)
-    planner = cache.checkpoint_policy
-    cache.checkpoint_policy = Points(prompt_end=False, branch=False, final=False)
+    planner = cache.admitter.checkpoint
+    cache.admitter.checkpoint = Points(prompt_end=False, branch=False, final=False)
     finish(cache, admit(cache, [*doc, *seq(5000, 16)]))
     first = admit(cache, [*doc[:128], *seq(7000, 32)])
     cache.record_checkpoint(first, 128)
     finish(cache, first)
-    cache.checkpoint_policy = planner
+    cache.admitter.checkpoint = planner
     return doc
 
 
@@ -162,10 +162,14 @@ def test_a_request_reading_kv_in_place_waits_and_aborts_cleanly() -> None:
 @pytest.mark.parametrize("pin", [True, False])
 def test_a_published_prompt_pins_its_state_only_if_the_preset_says_so(pin: bool) -> None:
     spec = tiny_spec()
-    cache = make(spec, planner=Points(branch=False, final=False), pin_published_state=pin)
+    cache = make(
+        spec,
+        planner=Points(branch=False, final=False),
+        eviction=GDSFEviction(pins_published_state=pin),
+    )
     lease = admit(cache, seq(0, 128), max_new=8)
     cache.record_planned(lease, up_to=lease.prompt_len)
-    assert cache.publish(lease) == [128]
+    assert cache.publish(lease).states_inserted == (128,)
     cache.check_integrity()
     node = lease.locked
     assert cache.recurrent is not None and node is not None and cache.recurrent.has(node)
@@ -179,11 +183,11 @@ def test_a_published_prompt_pins_its_state_only_if_the_preset_says_so(pin: bool)
 # ====================================================================== reserve_checkpoint_slot
 def stateless_prefix(cache: HybridPrefixCache, length: int = 128) -> list[int]:
     """Cache ``length`` tokens of KV (behind a one-page tail) without any state."""
-    planner = cache.checkpoint_policy
-    cache.checkpoint_policy = Points(prompt_end=False, branch=False, final=False)
+    planner = cache.admitter.checkpoint
+    cache.admitter.checkpoint = Points(prompt_end=False, branch=False, final=False)
     doc = seq(0, length)
     finish(cache, admit(cache, [*doc, *seq(5000, 16)]))
-    cache.checkpoint_policy = planner
+    cache.admitter.checkpoint = planner
     return doc
 
 
@@ -195,7 +199,7 @@ def test_a_spare_slot_is_reserved_at_admission_and_used_by_the_checkpoint() -> N
     slots = cache.pool.units["recurrent"]
     cache.record_planned(lease, up_to=lease.prompt_len)  # the branch state at 128
     assert not lease.spare_slots and cache.pool.units["recurrent"] == slots
-    assert cache.publish(lease) == [128]
+    assert cache.publish(lease).states_inserted == (128,)
     cache.extend(lease, seq(9000, 4))
     finish(cache, lease)
 
@@ -312,8 +316,7 @@ def value_cache(budget: int = BIG) -> HybridPrefixCache:
         tiny_spec(),
         budget,
         planner=Points(prompt_end=False, branch=False, final=False),
-        eviction=ValueEviction(),
-        pin_published_state=False,
+        eviction=ValueEviction(pins_published_state=False),
     )
 
 
@@ -334,7 +337,7 @@ def test_value_eviction_pins_a_chain_state_others_pass(reason: str) -> None:
     finish(cache, admit(cache, [*doc[:128], *seq(6000, 32)]))  # the fork at 128
     assert cache.recurrent is not None
     prompt = [*doc, *seq(8000, 32)]
-    cache.checkpoint_policy = Points(branch=False, final=False)  # a state at its prompt end
+    cache.admitter.checkpoint = Points(branch=False, final=False)  # a state at its prompt end
     lease = admit(cache, prompt, max_new=4)
     assert lease.hit == 256
     nodes = {n.end: n for n in cache.tree.nodes_on(prompt, None, length=256)}
@@ -368,16 +371,16 @@ def test_an_own_tail_guess_is_kept_while_its_request_decodes_only_if_cheap_or_pr
     doc = seq(0, 256)
     lease = admit(cache, doc, max_new=4)
     cache.record_checkpoint(lease, 64, reason)
-    assert cache.publish(lease) == [64]
+    assert cache.publish(lease).states_inserted == (64,)
     cache.check_integrity()
     (node,) = lease.published
-    assert node.end == 64 and not cache.passed_by_others(node)
+    assert node.end == 64 and not cache.holds.passed_by_others(node)
     pinned = cache.eviction.pinned(node, cache.recurrent)
     assert pinned == (reason != "tail" or cheap)
     resumed = admit(cache, [*doc[:64], *seq(7000, 16)])  # resumes from it once
     assert resumed.hit == 64 and node.hits == 1
     cache.abort(resumed)
-    assert cache.passed_by_others(node) is False
+    assert cache.holds.passed_by_others(node) is False
     assert cache.eviction.pinned(node, cache.recurrent)  # proven now
     cache.extend(lease, seq(9000, 4))
     finish(cache, lease)
@@ -386,9 +389,9 @@ def test_an_own_tail_guess_is_kept_while_its_request_decodes_only_if_cheap_or_pr
 def test_hycache_preset_turns_the_three_on_and_the_others_keep_them_off() -> None:
     spec = tiny_spec()
     hycache = build_cache(spec, BIG, "hycache")
-    assert hycache.read_matched_kv and hycache.reserve_checkpoint_slot
-    assert not hycache.pin_published_state
+    assert hycache.config.read_matched_kv and hycache.config.reserve_checkpoint_slot
+    assert not hycache.eviction.pins_published_state
     for preset in ("vllm", "sglang", "marconi"):
         other = build_cache(spec, BIG, preset)
-        assert not other.read_matched_kv and not other.reserve_checkpoint_slot
-        assert other.pin_published_state
+        assert not other.config.read_matched_kv and not other.config.reserve_checkpoint_slot
+        assert other.eviction.pins_published_state

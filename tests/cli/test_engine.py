@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -10,23 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from hycache.cli.engine import register
+from hycache.cli.main import main
 from hycache.engine.model import LoadedModel
 from hycache.engine.verify import verify_cell
-from hycache.errors import HycacheError
 
 
 def run(argv: Sequence[str]) -> int:
-    """What ``hycache.cli.main.main`` does with these subcommands registered."""
-    parser = argparse.ArgumentParser(prog="hycache")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv))
-    try:
-        code: int = args.func(args)
-    except HycacheError as exc:
-        print(f"hycache: error: {exc}", file=sys.stderr)
-        return 2
-    return code
+    """The ``hycache`` command line, as the console script runs it."""
+    return main(list(argv))
 
 
 def test_registering_does_not_import_torch() -> None:
@@ -92,9 +82,41 @@ def test_verify_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "unknown policy 'lru'" in capsys.readouterr().err
     assert run(["verify", "--arch", "bamba", "--workload", "poker", "--requests", "2"]) == 2
     assert "unknown engine workload 'poker'" in capsys.readouterr().err
-    assert run(["verify", "--arch", "bamba", "--capacity", "lots"]) == 2
     assert run(["verify", "--arch", "bamba", "--model", str(tmp_path)]) == 2
     assert "missing config.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--capacity", "lots"], "argument --capacity: size 'lots'"),
+        (["--capacity", "10%"], "a percentage of the footprint is not available here"),
+        (["--capacity", "nan"], "must be a finite number"),
+        (["--tolerance", "nan"], "argument --tolerance: must be a finite number"),
+        (["--tolerance=-1"], "argument --tolerance: must be >= 0"),
+        (["--requests", "0"], "argument --requests: must be >= 1"),
+        (["--threads", "0"], "argument --threads: must be >= 1"),
+        (["--policy", "lru"], "unknown policy 'lru'"),
+        (["--knob", "vllm.block_size=32"], "unrecognized arguments: --knob"),
+        (["--set", "vllm.block_size=32"], "preset 'vllm' is not run (--policy hycache)"),
+        (["--model", "somewhere", "--layers", "2"], "--layers shapes the tiny model"),
+        (["--workload", "sim:poker"], "unknown workload 'poker'"),
+    ],
+)
+def test_verify_bad_options_exit_2_before_any_model_is_built(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["verify", "--arch", "bamba", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_fault_that_never_fires_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """sglang keeps late-snapshot's wrong states, but no hit in this short chat reads one."""
+    argv = ["verify", "--policy", "sglang", "--workload", "chat", "--requests", "8"]
+    assert run([*argv, "--inject", "late-snapshot"]) == 3
+    out = capsys.readouterr().out
+    assert "inject late-snapshot: fired 0 times" in out and "fault not exercised" in out
+    assert "PASS" not in out.split("\n\n")[-1]
 
 
 INJECTS = [
@@ -116,6 +138,8 @@ def test_injected_faults_fail_verify(
     assert run([*argv, "--requests", "16", "--inject", inject]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and f"fault injected: {inject}" in out
+    fired = int(out.split(f"inject {inject}: fired ")[1].split(" times")[0])
+    assert fired > 0
 
 
 @pytest.mark.parametrize(("inject", "arch", "policy", "workload"), INJECTS)
@@ -139,9 +163,11 @@ def test_numbers_alone_catch_injected_faults(
     )
     assert not cell.violations
     assert cell.max_delta > 1e-3 and not cell.passed
+    assert cell.fired > 0 and cell.stored > 0
 
 
 def test_same_cells_pass_without_the_fault(models: Callable[[str], LoadedModel]) -> None:
     for _inject, arch, policy, workload in INJECTS:
         cell = verify_cell(models(arch), arch, policy, workload, requests=16, seed=0)
         assert cell.passed and cell.reused_tokens > 0, (arch, policy, cell.details)
+        assert cell.stored == cell.fired == 0

@@ -67,3 +67,22 @@ def test_malformed_file_is_reported_before_anything_runs(
     assert main(["conformance", good, str(broken)]) == 2
     captured = capsys.readouterr()
     assert f"{broken}:3" in captured.err and "PASS" not in captured.out
+
+
+def test_no_file_runs_the_bundled_scenarios(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(SHARED.parents[2])
+    assert main(["conformance"]) == 0
+    bundled = len(list(SHARED.glob("*.json"))) + len(list(SHARED.parent.glob("own/*.json")))
+    assert f"{bundled} passed, 0 failed" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)
+    assert main(["conformance"]) == 2
+    assert "no FILE given and no scenarios in data/conformance/public/" in capsys.readouterr().err
+
+
+def test_usage_errors_return_2_and_help_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["nonsense"]) == 2
+    assert "invalid choice: 'nonsense'" in capsys.readouterr().err
+    assert main(["simulate", "--help"]) == 0
+    assert "data/traces/mooncake_conversation.jsonl.gz" in capsys.readouterr().out

@@ -10,6 +10,7 @@ import pytest
 from hycache.cli.main import main
 
 MODEL = "qwen3-next-80b-a3b"
+CHAT_1GB = ["simulate", "--workload", "chat", "--capacity", "1GB"]
 
 
 def test_simulate_writes_json_and_report(
@@ -51,7 +52,7 @@ def test_compare_over_capacities(tmp_path: Path, capsys: pytest.CaptureFixture[s
     args = ["compare", "--workload", "docqa", "--requests", "30", "--model", MODEL]
     args += [
         "--capacities",
-        "10%,2GB",
+        "20%,2GB",
         "--policy",
         "vllm,hycache",
         "--report",
@@ -59,7 +60,7 @@ def test_compare_over_capacities(tmp_path: Path, capsys: pytest.CaptureFixture[s
     ]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "unlimited footprint" in out and out.count("capacity ") == 2
+    assert "unlimited footprint" in out and out.count("\ncapacity ") == 2
     assert (tmp_path / "c.html").is_file()
 
 
@@ -82,9 +83,91 @@ def test_bad_inputs_exit_2_without_partial_outputs(
     assert f"{trace}:2" in capsys.readouterr().err and not out.exists()
     assert main(["simulate", "--workload", "chat", "--model", "nope", "--capacity", "1GB"]) == 2
     assert "nope" in capsys.readouterr().err
-    small = ["simulate", "--workload", "agent", "--requests", "5", "--model", MODEL]
-    assert main([*small, "--capacity", "100MB", "--json", str(out)]) == 2
-    assert "can never hold it" in capsys.readouterr().err and not out.exists()
     assert main(["simulate", "--workload", "chat", "--model", MODEL, "--capacity", "lots"]) == 2
+    small = ["simulate", "--workload", "agent", "--requests", "5", "--model", MODEL]
     assert main([*small, "--capacity", "1GB", "--set", "vllm.bogus=1"]) == 2
     assert "vllm.bogus" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_a_capacity_that_holds_no_request_exits_2_before_running(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both subcommands refuse it alike, naming the capacity and the smallest request's need."""
+    out = tmp_path / "out.json"
+    option = "--capacity" if command == "simulate" else "--capacities"
+    argv = [command, "--workload", "agent", "--requests", "5", "--model", MODEL]
+    assert main([*argv, option, "100MB", "--policy", "vllm", "--json", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "capacity 100MB (100000000 B) cannot hold even the smallest request" in err
+    assert "agent-0: 9018 + 68 tokens" in err and "vllm needs at least 267.39 MB" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_percentages_work_in_simulate_as_in_compare(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--workload", "chat", "--requests", "20", "--model", MODEL, "--policy", "hycache"]
+    assert main(["simulate", *argv, "--capacity", "20%"]) == 0
+    simulated = capsys.readouterr().out
+    assert "(20% of the 974.59 MB footprint)" in simulated
+    assert main(["compare", *argv, "--capacities", "20%"]) == 0
+    compared = capsys.readouterr().out
+    assert "capacity 0.19 GB (20% of footprint)" in compared
+    rows = [line for line in (simulated + compared).splitlines() if line.startswith("hycache ")]
+    assert len(rows) == 2 and rows[0].split()[:5] == rows[1].split()[:5]
+
+
+def test_requests_that_never_fit_are_counted_in_both(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--workload", "chat", "--requests", "20", "--model", MODEL, "--policy", "vllm"]
+    assert main(["simulate", *argv, "--capacity", "10%"]) == 0
+    assert "note: vllm: 10 of 20 requests never fit this capacity" in capsys.readouterr().out
+
+
+def test_a_directory_as_output_exits_2_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["simulate", "--workload", "chat", "--requests", "5", "--model", MODEL]
+    argv += ["--capacity", "1GB"]
+    before = sorted(tmp_path.iterdir())
+    assert main([*argv, "--json", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert f"argument --json: {tmp_path}: is a directory" in captured.err
+    assert captured.out == "" and sorted(tmp_path.iterdir()) == before
+    assert main([*argv, "--report", str(tmp_path / "missing" / "r.html")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    same = str(tmp_path / "r")
+    assert main([*argv, "--json", same, "--report", same]) == 2
+    assert "name the same file" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["tune", "--workload", "chat", "--capacity", "1GB"], "unrecognized arguments"),
+        (["tune", "--workload", "chat", "--policy", "vllm"], "unrecognized arguments"),
+        (["tune", "--workload", "chat", "--json", "x.json"], "unrecognized arguments"),
+        (["simulate", "--trace", "t.jsonl", "--seed", "3", "--capacity", "1GB"], "--seed"),
+        (["simulate", "--workload", "chat", "--limit", "3", "--capacity", "1GB"], "--limit"),
+        (
+            [*CHAT_1GB, "--policy", "hycache", "--set", "vllm.block_size=32"],
+            "preset 'vllm' is not run",
+        ),
+        ([*CHAT_1GB, "--policy", "lru"], "'lru'"),
+        ([*CHAT_1GB, "--requests", "0"], ">= 1"),
+    ],
+)
+def test_options_a_subcommand_would_ignore_are_refused(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 10, "hash_ids": [1]}\n')
+    argv = [a if a != "t.jsonl" else str(tmp_path / a) for a in argv]
+    assert main([*argv, "--model", MODEL]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_trace_requests_replays_the_first_n(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_synthetic.jsonl.gz"
+    argv = ["simulate", "--trace", str(trace), "--requests", "12", "--model", MODEL]
+    assert main([*argv, "--capacity", "40GB", "--policy", "marconi"]) == 0
+    out = capsys.readouterr().out
+    assert "mooncake_synthetic.jsonl.gz" in out and "marconi" in out

@@ -163,7 +163,7 @@ def test_bad_requests(models: Callable[[str], LoadedModel]) -> None:
     engine = Engine(model, cache, max_running=2)
     with pytest.raises(ConfigError, match="token ids"):
         engine.run([EngineRequest((1, 2, 3), 2), EngineRequest((1, 5000), 1)])
-    assert not engine.cache.leases  # the request in flight was aborted
+    assert not engine.cache.requests_in_flight()  # the request in flight was aborted
     engine.cache.check_integrity()
     with pytest.raises(ConfigError, match="at least one token"):
         engine.run([EngineRequest((1, 2), 0)])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hycache.policy.base import PlanInput
+from hycache.policy.checkpoint.base import PlanInput
 from hycache.policy.checkpoint.hycache import DEFAULT_TAIL, HycachePlanner
 
 

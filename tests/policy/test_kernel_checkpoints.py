@@ -6,10 +6,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hycache.policy.base import PlanInput
+from hycache.policy.checkpoint.base import PlanInput
 from hycache.policy.checkpoint.chunks import chunk_ends, in_kernel, onto_kernel_grid, settle_ends
 from hycache.policy.checkpoint.hycache import HycachePlanner
-from hycache.policy.checkpoint.planners import MarconiPlanner, SglangPlanner
+from hycache.policy.checkpoint.marconi import MarconiPlanner
+from hycache.policy.checkpoint.sglang import SglangPlanner
 
 
 def test_in_kernel_is_a_chunk_end_or_a_kernel_multiple_from_its_chunk_start() -> None:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease
 from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
@@ -22,17 +23,16 @@ from hycache.errors import ConfigError
 from hycache.memory.layouts import shared_pool, split_pool
 from hycache.memory.pool import MemoryPool
 from hycache.policy.admission import AlwaysAdmit, SecondSighting
-from hycache.policy.base import (
-    Checkpoint,
-    CheckpointPolicy,
-    EvictionPolicy,
-    PlanInput,
-    PrefillPlan,
-)
+from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
 from hycache.policy.checkpoint.chunks import chunk_ends
 from hycache.policy.checkpoint.hycache import HycachePlanner
-from hycache.policy.checkpoint.planners import MarconiPlanner, SglangPlanner, VllmAlignPlanner
-from hycache.policy.eviction.heap import COMPACT_SLACK, GDSFEviction, HeapEviction, LRUEviction
+from hycache.policy.checkpoint.marconi import MarconiPlanner
+from hycache.policy.checkpoint.sglang import SglangPlanner
+from hycache.policy.checkpoint.vllm import VllmAlignPlanner
+from hycache.policy.eviction.base import EvictionPolicy
+from hycache.policy.eviction.gdsf import GDSFEviction
+from hycache.policy.eviction.heap import COMPACT_SLACK, HeapEviction
+from hycache.policy.eviction.lru import LRUEviction
 from hycache.policy.eviction.marconi import ALPHA_GRID, MarconiEviction, tune_alpha
 from hycache.spec.model import FullAttentionGroup, ModelSpec, RecurrentGroup
 from hycache.tree.node import Node
@@ -98,7 +98,7 @@ def make(
     return HybridPrefixCache(
         s,
         pool or split_pool(s, BIG, page_size=16),
-        page_size=16,
+        CacheConfig(page_size=16),
         checkpoint=Fixed(every),
         admission=AlwaysAdmit(),
         eviction=eviction,
@@ -125,7 +125,7 @@ def victims(cache: HybridPrefixCache, resource: str, count: int) -> list[tuple[i
                 break
             node, component = victim
             order.append((node.end, component.kind))
-            cache._evict(node, component)
+            cache.accounting.evict(node, component)
     finally:
         cache.eviction.end_round()
     cache.check_integrity()
@@ -527,8 +527,8 @@ def test_preset_layouts() -> None:
     model = ModelSpec.named("qwen3-next-80b-a3b")
     assert build_cache(model, 1 << 34, "vllm").pool.layout == "unified"
     sglang = build_cache(model, 1 << 34, "sglang", strategy="extra_buffer", page_size=16)
-    assert sglang.pool.layout == "split" and sglang.running_slots == 5
-    assert build_cache(model, 1 << 34, "sglang").running_slots == 3
+    assert sglang.pool.layout == "split" and sglang.config.running_slots == 5
+    assert build_cache(model, 1 << 34, "sglang").config.running_slots == 3
     assert build_cache(model, 1 << 34, "marconi").pool.layout == "shared"
     assert build_cache(model, 1 << 34, "hycache").pool.layout == "shared"
     assert isinstance(build_cache(model, 1 << 34, "marconi").eviction, MarconiEviction)

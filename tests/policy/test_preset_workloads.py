@@ -150,7 +150,7 @@ def _working_set(cache: HybridPrefixCache, tokens: int) -> dict[str, int]:
     page = cache.page_size
     demand = {c.kind: -(-tokens // page) for c in cache.kv_components}
     if cache.recurrent is not None:
-        demand["recurrent"] = cache.running_slots
+        demand["recurrent"] = cache.config.running_slots
     return demand
 
 
@@ -206,7 +206,7 @@ def _reference(cache: HybridPrefixCache) -> ReferenceCache:
             ref.drop_full(tokens, start, ns)
         else:
             ref.drop_swa(tokens, start, end, ns)
-    for lease in cache.leases.values():
+    for lease in cache.in_flight:
         if lease.locked is not None:
             ref.lock(decode_tokens(lease.key), lease.hit, lease.namespace)
     return ref

@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease
 from hycache.cache.presets import build_cache
@@ -24,7 +25,7 @@ def make(policy: ValueEviction, *, every: int = 0, page: int = 16) -> HybridPref
     return HybridPrefixCache(
         s,
         shared_pool(s, BIG, page),
-        page_size=page,
+        CacheConfig(page_size=page),
         checkpoint=Fixed(every),
         admission=AlwaysAdmit(),
         eviction=policy,
@@ -76,7 +77,7 @@ def test_evicting_the_superseded_state_raises_the_deeper_ones_value() -> None:
     deep = {n.end: n for n in cache.tree.iter_nodes()}[512]
     before = policy._current[(deep, rec.slot)]
     born = policy._born[(deep, rec.slot)]  # the aging clock at its insert
-    cache._evict({n.end: n for n in cache.tree.iter_nodes()}[256], rec)
+    cache.accounting.evict({n.end: n for n in cache.tree.iter_nodes()}[256], rec)
     policy.evicted(deep, rec, before)  # what next_victim reports; re-keys the neighbours
     policy._born[(deep, rec.slot)] = 0.0
     policy._settle()

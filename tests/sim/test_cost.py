@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from hycache.spec.named import HF_CONFIGS
 
 QWEN = "qwen3-next-80b-a3b"
 MS = 1e-3
+CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 
 
 @pytest.fixture(scope="module")
@@ -174,12 +176,31 @@ def test_moe_shape_validation_and_coverage() -> None:
         MoEShape(experts=4, experts_per_token=0, routed_params_per_token=1)
 
 
-def test_moe_auto_applies_only_to_the_builtin_spec() -> None:
+def test_moe_auto_takes_the_spec_own_shape() -> None:
     spec = ModelSpec.named(QWEN)
-    assert CostModel(spec, "h200").moe == NAMED_MOE[QWEN]
+    assert spec.moe is not None
+    assert CostModel(spec, "h200").moe == spec.moe == NAMED_MOE[QWEN]
     assert CostModel(spec, "h200", moe=None).moe is None
-    changed = dataclasses.replace(spec, vocab_size=1000)  # same name, not the built-in spec
-    assert CostModel(changed, "h200").moe is None
+    renamed = dataclasses.replace(spec, name="my-qwen")  # the shape travels with the spec
+    assert CostModel(renamed, "h200").moe == spec.moe
+    assert CostModel(tiny_spec(), "h200").moe is None
+
+
+def test_a_moe_spec_from_config_json_costs_as_the_builtin_spec() -> None:
+    """Qwen3-Next from its published config.json: 79.7B total / 3.87B active parameters and the
+    same TTFT as the built-in spec (it used to be costed as a dense 3.9B model)."""
+    from_file = ModelSpec.from_hf_config(CONFIGS / "qwen3_next" / "config.json")
+    named = ModelSpec.named(QWEN)
+    a, b = CostModel(from_file, "h200"), CostModel(named, "h200")
+    assert a.moe == b.moe is not None
+    assert a.params == b.params
+    assert a.params.total / 1e9 == pytest.approx(79.7, abs=0.05)
+    assert a.params.active / 1e9 == pytest.approx(3.87, abs=0.05)
+    for cached, new in ((0, 4096), (0, 32_768), (8192, 512)):
+        assert a.prefill_time(cached, new) == b.prefill_time(cached, new)
+    assert a.decode_time([1000, 5000]) == b.decode_time([1000, 5000])
+    # the routed experts are read: a 4k-token prefill touches nearly all 512 of them
+    assert a.weight_bytes(4096) > 10 * a.weight_bytes(1)
 
 
 # ---------------------------------------------------------------------------- FLOPs and bytes

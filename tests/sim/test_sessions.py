@@ -169,7 +169,7 @@ def test_a_replay_ends_the_idle_session_and_keeps_the_busy_one(mode: str) -> Non
         replay_serial(cache, requests, cost, tick=check, session_idle_s=30.0)
     else:
         replay_engine(cache, requests, cost, tick=check, session_idle_s=30.0)
-    assert cache.live_sessions == {"b"}
+    assert cache.notes.live_sessions == {"b"}
     assert not any(_live(cache, range(0, 600)))  # "a": idle since ~0 s
     assert all(_live(cache, range(3000, 3300)))  # "b": its last request finished just now
 
@@ -180,7 +180,7 @@ def test_without_a_gap_every_session_stays_live(mode: str) -> None:
     cost = CostModel(cache.spec, hardware("h200"))
     replay = replay_serial if mode == "serial" else replay_engine
     replay(cache, _requests(output=16), cost)
-    assert cache.live_sessions == {"a", "b"}
+    assert cache.notes.live_sessions == {"a", "b"}
     assert all(_live(cache, range(0, 600)))
 
 
@@ -195,4 +195,4 @@ def test_engine_mode_keeps_a_session_with_a_request_in_flight() -> None:
     result = replay_engine(cache, requests, cost, session_idle_s=1.0)
     assert result.requests == 2
     # b finished last, at the end of the replay: nothing after it could end it
-    assert cache.live_sessions == {"b"}
+    assert cache.notes.live_sessions == {"b"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -297,10 +298,10 @@ def test_qwen3_5_flat_and_nested_agree() -> None:
     assert dataclass_without_name(flat) == dataclass_without_name(nested)
     rec = flat.recurrent
     assert rec is not None
-    # mamba_ssm_dtype float32 applies to the state and (hycache convention) the conv window
-    assert rec.state_dtype == rec.conv_dtype == "float32"
+    # mamba_ssm_dtype float32 applies to the state; the conv window stays in the model dtype
+    assert (rec.state_dtype, rec.conv_dtype) == ("float32", "bfloat16")
     assert rec.recurrent_state_bytes == 4 * 8 * 8 * 4
-    assert rec.conv_state_bytes == 64 * 3 * 4
+    assert rec.conv_state_bytes == 64 * 3 * 2
     full = flat.full
     assert full is not None and full.dtype_bytes == 2
     assert flat.active_mlp_params_per_token == 8 * 3 * 64 * 128
@@ -333,12 +334,12 @@ def test_qwen3_5_moe() -> None:
 def test_dtype_overrides() -> None:
     spec = ModelSpec.from_hf_config(qwen3_next(), state_dtype="float32")
     rec = spec.recurrent
-    assert rec is not None and rec.state_dtype == rec.conv_dtype == "float32"
-    assert rec.recurrent_state_bytes == 4 * 8 * 8 * 4
-    spec = ModelSpec.from_hf_config(qwen3_5_text(), conv_dtype="bf16")
-    rec = spec.recurrent
     assert rec is not None and (rec.state_dtype, rec.conv_dtype) == ("float32", "bfloat16")
-    assert rec.conv_state_bytes == 64 * 3 * 2
+    assert rec.recurrent_state_bytes == 4 * 8 * 8 * 4
+    spec = ModelSpec.from_hf_config(qwen3_5_text(), conv_dtype="fp32")
+    rec = spec.recurrent
+    assert rec is not None and rec.state_dtype == rec.conv_dtype == "float32"
+    assert rec.conv_state_bytes == 64 * 3 * 4
     spec = ModelSpec.from_hf_config(qwen3_next(), dtype="float32")
     full, rec = spec.full, spec.recurrent
     assert full is not None and full.dtype_bytes == 4
@@ -351,7 +352,9 @@ def test_kimi_linear() -> None:
     rec, full = spec.recurrent, spec.full
     assert rec is not None and full is not None
     assert rec.mixer == "kda"
-    assert rec.recurrent_state_bytes == 2 * 8 * 8 * 2
+    # vLLM keeps the KDA state in float32 and the conv window in the model dtype
+    assert (rec.state_dtype, rec.conv_dtype) == ("float32", "bfloat16")
+    assert rec.recurrent_state_bytes == 2 * 8 * 8 * 4
     assert rec.conv_state_bytes == 3 * 16 * 3 * 2
     assert full.latent_dim == 16 + 4
     assert full.kv_bytes_per_token_per_layer == 20 * 2
@@ -406,10 +409,10 @@ def test_nemotron_h() -> None:
     assert spec.num_layers == 6  # every pattern character is a layer
     rec = spec.recurrent
     assert rec is not None and rec.mixer == "mamba2"
-    # NemotronH keeps SSM states in float32 by default (mamba_ssm_cache_dtype)
-    assert rec.state_dtype == "float32"
+    # NemotronH keeps SSM states in float32 by default (mamba_ssm_cache_dtype), conv in bf16
+    assert (rec.state_dtype, rec.conv_dtype) == ("float32", "bfloat16")
     assert rec.recurrent_state_bytes == 4 * 16 * 8 * 4
-    assert rec.conv_state_bytes == (64 + 2 * 2 * 8) * 3 * 4
+    assert rec.conv_state_bytes == (64 + 2 * 2 * 8) * 3 * 2
     assert rec.proj_params_per_layer == 64 * (64 + 96 + 4) + 64 * 64
     moe = 64 * 4 + 2 * 2 * 64 * 32 + 2 * 64 * 48
     assert spec.active_mlp_params_per_token == 2 * 64 * 128 + moe
@@ -511,6 +514,47 @@ def test_gpt_oss() -> None:
     assert ModelSpec.from_hf_config(cfg) == spec
 
 
+def test_gpt_oss_without_torch_dtype_defaults_to_bfloat16() -> None:
+    cfg = gpt_oss()
+    del cfg["torch_dtype"]  # as published: gpt-oss configs have no torch_dtype
+    spec = ModelSpec.from_hf_config(cfg)
+    assert spec == ModelSpec.from_hf_config(gpt_oss())
+    full = spec.full
+    assert full is not None and full.dtype_bytes == 2
+    full = ModelSpec.from_hf_config(cfg, dtype="float32").full
+    assert full is not None and full.dtype_bytes == 4
+
+
+def test_missing_dtype_without_family_default_says_how_to_choose() -> None:
+    cfg = bamba()
+    del cfg["torch_dtype"]
+    with pytest.raises(SpecError, match="dtype=") as info:
+        ModelSpec.from_hf_config(cfg)
+    assert info.value.field == "torch_dtype"
+    rec = ModelSpec.from_hf_config(cfg, dtype="float16").recurrent
+    assert rec is not None and rec.state_dtype == rec.conv_dtype == "float16"
+
+
+def test_moe_shapes_travel_with_the_spec() -> None:
+    q = ModelSpec.from_hf_config(qwen3_next()).moe
+    assert q is not None
+    # 7 MoE layers of 8 experts, 2 per token, gate/up/down 3 * 64 * 32 each
+    assert (q.experts, q.experts_per_token) == (8, 2)
+    assert q.routed_params_per_token == 7 * 2 * 3 * 64 * 32
+    n = ModelSpec.from_hf_config(nemotron_h()).moe
+    assert n is not None and n.routed_params_per_token == 1 * 2 * 2 * 64 * 32  # up, down
+    g = ModelSpec.from_hf_config(gpt_oss()).moe
+    assert g is not None and (g.experts, g.routed_params_per_token) == (4, 4 * 2 * 3 * 32 * 16)
+    for dense in (qwen3_5_text(), bamba(), falcon_h1(), gemma3()):
+        assert ModelSpec.from_hf_config(dense).moe is None
+
+
+def test_nemotron_h_reads_attention_head_dim() -> None:
+    cfg = nemotron_h()
+    cfg["attention_head_dim"] = cfg.pop("head_dim")  # early NemotronH configs
+    assert ModelSpec.from_hf_config(cfg) == ModelSpec.from_hf_config(nemotron_h())
+
+
 def test_supported_model_types() -> None:
     expected = {
         "qwen3_next",
@@ -607,7 +651,7 @@ def test_missing_nested_field_names_text_config() -> None:
         ("gpt_oss", "sliding_window"),
         ("gemma3_text", "num_hidden_layers"),
         ("gpt_oss", "num_local_experts"),
-        ("gpt_oss", "torch_dtype"),
+        ("bamba", "torch_dtype"),
         ("bamba", "vocab_size"),
     ],
 )
@@ -620,7 +664,7 @@ def test_missing_required_fields(model_type: str, field: str) -> None:
     assert f"'{field}'" in str(info.value)
 
 
-@pytest.mark.parametrize("value", [0, -3, "16", True, 2.5])
+@pytest.mark.parametrize("value", [0, -3, "16", True, 2.5, float("nan"), float("inf"), -math.inf])
 def test_invalid_field_values(value: object) -> None:
     cfg = copy.deepcopy(qwen3_next())
     cfg["linear_num_key_heads"] = value

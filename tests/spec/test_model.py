@@ -72,19 +72,21 @@ def _spec(*groups: FullAttentionGroup | SlidingWindowGroup | RecurrentGroup) -> 
 # ------------------------------------------------------------------ pinned facts
 
 
-def test_qwen35_27b_gdn_layer_is_798_tokens_of_kv() -> None:
+def test_qwen35_27b_gdn_layer_is_783_tokens_of_kv() -> None:
+    """mamba_ssm_dtype float32 sizes the GDN state; the conv window stays in bf16 (vLLM sets
+    only mamba_ssm_cache_dtype from the config, the conv state follows the model dtype)."""
     spec = ModelSpec.named("qwen3.5-27b")
     rec, full = spec.recurrent, spec.full
     assert rec is not None and full is not None
     assert (rec.mixer, rec.layers, full.layers, spec.num_layers) == ("gdn", 48, 16, 64)
-    assert rec.state_dtype == rec.conv_dtype == "float32"
+    assert (rec.state_dtype, rec.conv_dtype) == ("float32", "bfloat16")
     assert rec.recurrent_state_bytes == 48 * 128 * 128 * 4 == 3_145_728
-    assert rec.conv_state_bytes == 10240 * 3 * 4 == 122_880
-    assert rec.state_bytes_per_layer == 3_268_608
-    assert round(rec.state_bytes_per_layer / MIB, 3) == 3.117
+    assert rec.conv_state_bytes == 10240 * 3 * 2 == 61_440
+    assert rec.state_bytes_per_layer == 3_207_168
+    assert round(rec.state_bytes_per_layer / MIB, 3) == 3.059
     assert full.kv_bytes_per_token_per_layer == 4 * 256 * 2 * 2 == 4096
     assert (full.q_heads, full.kv_heads, full.head_dim) == (24, 4, 256)
-    assert spec.state_to_kv_tokens() == 798
+    assert spec.state_to_kv_tokens() == 783
     assert (spec.hidden_size, spec.vocab_size) == (5120, 248320)
     assert spec.active_mlp_params_per_token == 64 * 3 * 5120 * 17408
 
@@ -122,14 +124,14 @@ def test_other_named_specs_match_published_layouts() -> None:
     assert kimi.recurrent is not None and kimi.full is not None
     assert (kimi.recurrent.mixer, kimi.recurrent.layers, kimi.full.layers) == ("kda", 20, 7)
     assert kimi.full.kv_bytes_per_token_per_layer == (512 + 64) * 2  # MLA latent
-    assert kimi.recurrent.recurrent_state_bytes == 32 * 128 * 128 * 2
+    assert kimi.recurrent.recurrent_state_bytes == 32 * 128 * 128 * 4  # float32 (vLLM)
     assert kimi.recurrent.conv_state_bytes == 3 * 32 * 128 * 3 * 2
     nemo = ModelSpec.named("nemotron-3-nano-30b-a3b")
     assert nemo.recurrent is not None and nemo.full is not None
     assert (nemo.num_layers, nemo.recurrent.layers, nemo.full.layers) == (52, 23, 6)
     assert nemo.recurrent.state_dtype == "float32"
     assert nemo.recurrent.recurrent_state_bytes == 64 * 64 * 128 * 4
-    assert nemo.recurrent.conv_state_bytes == (64 * 64 + 2 * 8 * 128) * 3 * 4
+    assert nemo.recurrent.conv_state_bytes == (64 * 64 + 2 * 8 * 128) * 3 * 2
     assert nemo.full.kv_bytes_per_token_per_layer == 2 * 2 * 128 * 2
     jamba = ModelSpec.named("jamba-1.5-mini")
     assert jamba.recurrent is not None and jamba.full is not None
@@ -193,7 +195,7 @@ def test_load_spec_by_name_and_by_path(tmp_path: Path) -> None:
     path.write_text(json.dumps(HF_CONFIGS["qwen3.5-27b"]))
     spec = load_spec(path)
     assert spec.name == "Qwen/Qwen3.5-27B"
-    assert spec.state_to_kv_tokens() == 798
+    assert spec.state_to_kv_tokens() == 783
     assert load_spec(str(tmp_path)) == spec
 
 

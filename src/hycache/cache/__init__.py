@@ -1,0 +1,1 @@
+"""The cache facade and what a request holds (see ``hycache.cache.facade``)."""

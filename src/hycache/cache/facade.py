@@ -1,140 +1,139 @@
-"""``HybridPrefixCache``: the facade the simulator and the engine drive.
+"""``HybridPrefixCache``: the facade the simulator, the engine and the server drive.
 
 Lifecycle of a request::
 
     lease = cache.admit(tokens, max_new_tokens=...)   # match, lock, reserve working memory
+    # restore: lease.hit tokens are reused from lease.reused_pages (KV per kind) and the state
+    # in slot lease.source_state (copy it: copy-on-write)
     for end in lease.plan.chunk_ends:                 # prefill chunk by chunk; at each planned
         cache.record_checkpoint(lease, position)      # checkpoint copy the state BEFORE the
-                                                      # next chunk overwrites it (in-kernel
-                                                      # points: out of the chunk's kernel)
+                                                      # next chunk overwrites it
+    cache.publish(lease)                              # optional: the prompt joins the cache
     cache.extend(lease, decoded_tokens)               # decode (decode-interval checkpoints)
     cache.finish(lease)   or   cache.abort(lease)     # insert KV + admitted states, unlock
 
 Memory: every byte (cached entries and in-flight working sets) comes from one pool and never
-exceeds its budget; when an allocation does not fit, the eviction policy frees unlocked entries
-first. A request that cannot fit even into an empty pool raises CapacityError; one that would
-fit once requests in flight finish gets a ``Wait``.
+exceeds its budget; when an allocation does not fit, the eviction policy frees unpinned
+entries first. A request that cannot fit even into an empty pool raises CapacityError; one that
+would fit once requests in flight finish gets a ``Wait``. Every argument is checked before
+anything changes: a rejected call (``ArgumentError``, ``CacheUsageError``, ``CapacityError``)
+leaves the cache as it was.
 
-The memory side (accounting, eviction, node splits) lives in ``hycache.cache.accounting``, state
-storing in ``hycache.cache.states`` and inspection in ``hycache.cache.inspection``:
-``HybridPrefixCache`` inherits them as mixins.
+The cache is composed of parts with constructors of their own: ``Accounting`` (memory and
+eviction), ``StateStore`` (states), ``Holds`` (locks), ``Admitter`` and ``Inserter`` (the two
+ends of a request), ``InFlight`` and ``NodeNotes`` (bookkeeping). The eviction policy sees a
+``CacheView``, never the cache.
 """
 
 from __future__ import annotations
 
-from hycache.cache.holds import CacheHolds
-from hycache.cache.inspection import CacheInspect
-from hycache.cache.lease import FinishResult, Lease, Wait
-from hycache.cache.states import CacheStates
-from hycache.cache.stats import Counters
+from hycache.cache import validate
+from hycache.cache.accounting import Accounting
+from hycache.cache.admit import Admitter
+from hycache.cache.config import CacheConfig
+from hycache.cache.context import CacheView
+from hycache.cache.holds import Holds
+from hycache.cache.insert import Inserter
+from hycache.cache.integrity import check_cache_integrity
+from hycache.cache.lease import FinishResult, Lease, PublishResult, Wait
+from hycache.cache.registry import InFlight, NodeNotes
+from hycache.cache.states import StateStore
+from hycache.cache.stats import CacheStats, Counters, MemoryUsage, snapshot
 from hycache.components.base import Component
-from hycache.components.full import FullComponent, PagedKVComponent
+from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.components.swa import SlidingWindowComponent
-from hycache.errors import CacheUsageError, CapacityError, ConfigError
+from hycache.errors import ArgumentError, CacheUsageError, ConfigError
 from hycache.memory.pool import MemoryPool
-from hycache.policy.base import (
-    AdmissionPolicy,
-    CheckpointPolicy,
-    EvictionPolicy,
-    PlanInput,
-)
+from hycache.policy.admission import AdmissionPolicy
+from hycache.policy.checkpoint.base import CheckpointPolicy
+from hycache.policy.eviction.base import EvictionPolicy
 from hycache.spec.model import ModelSpec
-from hycache.tree.keys import TOKEN_BYTES, TokenInput, encode_tokens
+from hycache.tree.keys import TOKEN_BYTES
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
 
 
-class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
-    """One model's prefix cache: a radix tree, a pool and a policy bundle."""
+class HybridPrefixCache:
+    """One model's prefix cache: a radix tree, a pool, a policy bundle and a config."""
 
     def __init__(
         self,
         spec: ModelSpec,
         pool: MemoryPool,
+        config: CacheConfig,
         *,
-        page_size: int,
         checkpoint: CheckpointPolicy,
         admission: AdmissionPolicy,
         eviction: EvictionPolicy,
-        running_slots: int = 1,
-        max_states_per_path: int | None = None,
-        offgrid: str = "drop",
-        token_budget: int | None = None,
-        states_enabled: bool = True,
-        read_matched_kv: bool = False,
-        pin_published_state: bool = True,
-        reserve_checkpoint_slot: bool = False,
-        name: str = "custom",
     ) -> None:
-        if offgrid not in ("drop", "misplace"):
-            raise ConfigError(f"offgrid must be 'drop' or 'misplace', got {offgrid!r}")
+        if not isinstance(config, CacheConfig):
+            raise ConfigError(f"config must be a CacheConfig, got {type(config).__name__}")
         self.spec = spec
         self.pool = pool
-        self.name = name
+        self.config = config
+        self.name = config.name
+        self.page_size = config.page_size
         self.checkpoint_policy = checkpoint
         self.admission = admission
         self.eviction = eviction
-        self.running_slots = running_slots
-        self.max_states_per_path = max_states_per_path
-        self.offgrid = offgrid
-        self.default_token_budget = token_budget
-        self.states_enabled = states_enabled
-        self.read_matched_kv = read_matched_kv
-        self.pin_published_state = pin_published_state
-        self.reserve_checkpoint_slot = reserve_checkpoint_slot
-        self.tree = RadixTree(page_size, self._components(spec, pool, page_size))
-        self.page_size = page_size
-        self.kv_components = [c for c in self.tree.components if isinstance(c, PagedKVComponent)]
-        self.recurrent = next(
-            (c for c in self.tree.components if isinstance(c, RecurrentComponent)), None
-        )
-        self.clock = 0
+        self.tree = RadixTree(config.page_size, _components(spec, pool, config.page_size))
         self.counters = Counters()
-        self.leases: dict[int, Lease] = {}
-        self.live_sessions: set[str] = set()
-        self._node_session: dict[Node, str] = {}
-        self._state_reason: dict[Node, str] = {}  # why the state at a node was checkpointed
-        self._next_id = 0
-        eviction.attach(self)
-
-    @property
-    def kernel_chunk(self) -> int | None:
-        """The recurrent kernel's chunk (``RecurrentGroup.kernel_chunk``); None without one."""
-        group = self.spec.recurrent
-        return group.kernel_chunk if group is not None else None
-
-    @staticmethod
-    def _components(spec: ModelSpec, pool: MemoryPool, page: int) -> list[Component]:
-        components: list[Component] = []
-        for group in spec.groups:
-            if group.kind == "full":
-                store = pool.page_store("full")
-                components.append(FullComponent(store, bytes_per_page=pool.unit_bytes("full")))
-            elif group.kind == "swa":
-                window = group.window
-                if window % page:
-                    raise ConfigError(
-                        f"page size {page} does not divide the sliding window {window}"
-                    )
-                components.append(
-                    SlidingWindowComponent(
-                        pool.page_store("swa"), window, bytes_per_page=pool.unit_bytes("swa")
-                    )
-                )
-            else:
-                components.append(
-                    RecurrentComponent(
-                        pool.slot_store("recurrent"),
-                        bytes_per_state=pool.unit_bytes("recurrent"),
-                    )
-                )
-        return components
+        self.in_flight = InFlight()
+        self.notes = NodeNotes()
+        self.accounting = Accounting(
+            self.tree,
+            pool,
+            eviction,
+            self.counters,
+            self.in_flight,
+            self.notes,
+            running_slots=config.running_slots,
+        )
+        self.kv_components = self.accounting.kv_components
+        self.recurrent = self.accounting.recurrent
+        self.states = (
+            None
+            if self.recurrent is None
+            else StateStore(
+                self.recurrent,
+                self.accounting,
+                admission,
+                self.counters,
+                self.notes,
+                max_states_per_path=admission.max_states_per_path,
+            )
+        )
+        self.holds = Holds(self.accounting, self.in_flight, config, checkpoint.caches_states)
+        group = spec.recurrent
+        self.kernel_chunk = group.kernel_chunk if group is not None else None
+        self.admitter = Admitter(
+            self.accounting,
+            self.holds,
+            self.in_flight,
+            self.notes,
+            self.counters,
+            checkpoint,
+            eviction,
+            kernel_chunk=self.kernel_chunk,
+        )
+        self.inserter = Inserter(
+            self.accounting,
+            self.states,
+            self.holds,
+            self.in_flight,
+            self.notes,
+            caches_states=checkpoint.caches_states,
+            pins_published_state=eviction.pins_published_state,
+        )
+        eviction.attach(
+            CacheView(spec, self.accounting, self.in_flight, self.notes, self.holds, self.counters)
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def admit(
         self,
-        tokens: TokenInput,
+        tokens: object,
         *,
         max_new_tokens: int = 0,
         namespace: str | None = None,
@@ -146,125 +145,19 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
         reserve the working set (KV pages for prompt + ``max_new_tokens`` beyond the hit and
         ``running_slots`` states) and plan the prefill. ``kernel_grid=False``: the caller's
         prefill may stop anywhere at no cost (the serial replay, which inserts at once), so
-        no state needs to sit on the recurrent kernel's grid. Mutates the cache (on Wait: only
-        a node split)."""
-        key = encode_tokens(tokens)
-        n = len(key) // TOKEN_BYTES
-        if n < 1:
-            raise CacheUsageError("a request needs at least one prompt token")
-        if max_new_tokens < 0 or (token_budget is not None and token_budget < 1):
-            raise CacheUsageError("max_new_tokens must be >= 0 and token_budget >= 1")
-        self.clock += 1
-        result = self.tree.match(key[: (n - 1) * TOKEN_BYTES], namespace)
-        hit = result.hit
-        locked = kv_locked = None
-        if hit > 0:
-            locked = self._split_at(key, hit, namespace)
-            self.tree.lock(locked)
-        in_place = self._kv_read_in_place(result, session) if kernel_grid else 0
-        if in_place > hit:
-            kv_locked = self._split_at(key, in_place, namespace)
-            self.tree.lock(kv_locked, hold_state=False)
-        demand = self._working_set(n + max_new_tokens - hit, max(0, in_place - hit))
-        spare = int(kernel_grid and self._wants_spare(key, namespace, hit, result))
-        # The reused prefix's pages are part of the working set too: the request can only ever
-        # run if its whole sequence fits (recomputed from scratch if need be).
-        whole = self._working_set(n + max_new_tokens)
-        if not self.pool.fits_empty(whole):
-            self._unlock_admitted(locked, kv_locked)
-            need = self.pool.demand_bytes(whole)
-            raise CapacityError(
-                f"request of {n} + {max_new_tokens} tokens needs {need} bytes of working memory; "
-                f"the {self.pool.describe()} pool can never hold it"
-            )
-        short = self._ensure(self._with_spare(demand, spare))
-        if short and spare and not self.leases:
-            spare = 0  # nothing in flight would ever free the spare's room: run without it
-            short = self._ensure(demand)
-        if short and (locked or kv_locked) is not None and not self.leases:
-            # Nothing in flight will ever free memory: only this request's own locks (its
-            # reused path and the states on it) stand in the way. Admit it as a miss rather
-            # than answer a Wait that no finish could ever end.
-            self._unlock_admitted(locked, kv_locked)
-            locked = kv_locked = None
-            hit, demand = 0, whole
-            short = self._ensure(demand)
-        if short:
-            self._unlock_admitted(locked, kv_locked)
-            self.counters.waits += 1
-            return Wait("memory is held by requests in flight", short)
-        working = {kind: self.pool.alloc(kind, count) for kind, count in demand.items()}
-        spares = list(self.pool.alloc("recurrent", spare)) if spare else []
-        budget = self.default_token_budget if token_budget is None else token_budget
-        plan = self.checkpoint_policy.plan(
-            PlanInput(
-                n,
-                hit,
-                result.kv_hit,
-                self.page_size,
-                budget,
-                max_new_tokens,
-                {
-                    r: (stored, self.counters.reason_hits[r])
-                    for r, stored in self.counters.reason_inserted.items()
-                },
-                self.kernel_chunk if kernel_grid else None,
-            )
-        )
-        source = None
-        if self.recurrent is not None and locked is not None:
-            source = self.recurrent.state_of(locked)
-            self.counters.cow_copies += source is not None
-            if source is not None:
-                self.counters.reason_hits[self._state_reason.get(locked, "unknown")] += 1
-                locked.hits += 1
-        path = [] if locked is None else locked.path_from_root()
-        self.eviction.on_hit(path, locked)
-        self._count_match(n, hit, result.kv_hit, list(result.path))
-        if session is not None:
-            self.live_sessions.add(session)
-            if locked is not None:
-                self._claim(locked, session)
-        lease = Lease(
-            self._next_id,
-            key,
-            n,
-            max_new_tokens,
-            namespace,
-            session,
-            hit,
-            result.kv_hit,
-            plan,
-            locked,
-            source,
-            working,
-            kv_locked=kv_locked,
-            spare_slots=spares,
-            spare_for=result.kv_hit if spares else None,
-        )
-        if spares and not any(p.position <= n for p in plan.checkpoints):
-            self._free_spares(lease)
-        self._next_id += 1
-        self.leases[lease.request_id] = lease
-        return lease
-
-    def _count_match(self, n: int, hit: int, kv_hit: int, path: list[Node]) -> None:
-        c = self.counters
-        c.requests += 1
-        c.prompt_tokens += n
-        c.kv_matched_tokens += kv_hit
-        c.reused_tokens += hit
-        c.requests_hit += hit > 0
-        for component in self.tree.components:
-            accepted = component.deepest_accepted(path, kv_hit) if kv_hit else 0
-            if accepted > 0:
-                c.component_hits[component.name] += 1
-            else:
-                c.component_misses[component.name] += 1
-
-    def _active(self, lease: Lease) -> None:
-        if not lease.active or self.leases.get(lease.request_id) is not lease:
-            raise CacheUsageError(f"request {lease.request_id} is not in flight")
+        no state needs to sit on the recurrent kernel's grid. On ``Wait`` the only change is a
+        node split."""
+        key = validate.token_key("tokens", tokens)
+        if not key:
+            raise ArgumentError("tokens", "a request needs at least one prompt token")
+        new = validate.whole("max_new_tokens", max_new_tokens, minimum=0)
+        ns = validate.optional_text("namespace", namespace)
+        sess = validate.optional_text("session", session)
+        budget = validate.optional_whole("token_budget", token_budget, minimum=1)
+        grid = validate.flag("kernel_grid", kernel_grid)
+        if budget is None:
+            budget = self.config.token_budget
+        return self.admitter.admit(key, new, ns, sess, budget, grid)
 
     def record_checkpoint(self, lease: Lease, position: int, reason: str = "chunk") -> int | None:
         """The engine is at ``position`` (a prefix length of the request) and will copy its
@@ -272,14 +165,17 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
         kept there (no recurrent group, off the state grid, or no memory even after eviction).
         With ``offgrid="misplace"`` (the vLLM #54076 bug, for testing checkers) an off-grid
         state is filed at the grid position below it instead: silently wrong."""
-        self._active(lease)
+        lease = self.in_flight.require(lease)
+        position = validate.whole("position", position, minimum=1)
+        reason = validate.text("reason", reason)
         if not lease.hit < position <= lease.prompt_len + lease.max_new_tokens:
             raise CacheUsageError(f"checkpoint {position} outside ({lease.hit}, request end]")
-        if self.recurrent is None or not self.states_enabled:
+        policy = self.checkpoint_policy
+        if self.recurrent is None or not policy.caches_states:
             return None
-        grid = self.checkpoint_policy.state_grid or self.page_size
+        grid = policy.state_grid or self.page_size
         if position % grid:
-            if self.offgrid == "drop" or position < grid:
+            if policy.offgrid == "drop" or position < grid:
                 self.counters.offgrid_dropped += 1
                 return None
             self.counters.offgrid_misplaced += 1
@@ -295,7 +191,7 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
             lease.checkpoints[position] = (slot, reason)
             self.counters.checkpoints_recorded += 1
             return slot
-        if self._ensure({"recurrent": 1}):
+        if self.accounting.ensure({"recurrent": 1}):
             self.counters.checkpoints_skipped += 1
             return None
         slot = self.pool.alloc("recurrent", 1)[0]
@@ -306,7 +202,10 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
     def record_planned(self, lease: Lease, *, up_to: int | None = None) -> list[int]:
         """Record every planned checkpoint at or before ``up_to`` (default: all) — what a
         simulator does in place of running the model. Returns the positions that got a slot."""
-        limit = lease.prompt_len + lease.max_new_tokens if up_to is None else up_to
+        lease = self.in_flight.require(lease)
+        limit = lease.prompt_len + lease.max_new_tokens
+        if up_to is not None:
+            limit = validate.whole("up_to", up_to, minimum=0)
         got = []
         for point in lease.plan.checkpoints:
             if (
@@ -316,122 +215,110 @@ class HybridPrefixCache(CacheStates, CacheInspect, CacheHolds):
                 got.append(point.position)
         return got
 
-    def extend(self, lease: Lease, tokens: TokenInput) -> None:
+    def extend(self, lease: Lease, tokens: object) -> None:
         """Append decoded tokens whose KV now exists (fed back into the model)."""
-        self._active(lease)
-        key = encode_tokens(tokens)
+        lease = self.in_flight.require(lease)
+        key = validate.token_key("tokens", tokens)
         if lease.length + len(key) // TOKEN_BYTES > lease.prompt_len + lease.max_new_tokens:
             raise CacheUsageError(
                 f"request {lease.request_id}: more than max_new_tokens={lease.max_new_tokens}"
             )
         lease.fed += key
 
-    def finish(self, lease: Lease) -> FinishResult:
-        """Insert the request's KV (whole pages) and its admitted states, release everything
-        else and the locks. Never half-inserts: if the KV cannot be placed, nothing is."""
-        self._active(lease)
-        self.clock += 1
-        self._free_spares(lease)
-        key, ns = lease.full_key, lease.namespace
-        total = len(key) // TOKEN_BYTES
-        cached = total - total % self.page_size
-        for component in self.kv_components:
-            self.pool.free(component.kind, lease.working.pop(component.kind))
-        key = key[: cached * TOKEN_BYTES]
-        found = self.tree.match(key, ns)
-        if self._ensure(self._pages_needed(found, cached)):
-            cached = 0  # cannot place the KV: store nothing
-        path = self._insert_path(key, ns, found) if cached else []
-        candidates = dict(lease.checkpoints)
-        running = list(lease.working.pop("recurrent", ()))
-        if (
-            lease.plan.keep_final_state
-            and self.states_enabled
-            and running
-            and total == cached
-            and total > lease.hit
-            and total not in candidates  # a checkpoint already holds that state
-        ):
-            candidates[total] = (running.pop(), "final")
-        inserted, refused = self._store_states(path, key, ns, candidates, cached)
-        if running:
-            self.pool.free("recurrent", running)
-        if self.max_states_per_path is not None and path:
-            capped = self._cap_states(path[-1])
-            inserted = [p for p in inserted if p not in capped]
-        if path:
-            if lease.session is not None:
-                # after the state splits: the nodes they created belong to the session too
-                self._claim(path[-1], lease.session)
-            # Without a KV component nothing fills the path: the part past the last state
-            # stored is an empty leaf that holds nothing and no policy could ever evict; prune.
-            self.tree.prune(path[-1])
-        self._release(lease)
-        return FinishResult(cached, tuple(inserted), tuple(refused))
-
-    def publish(self, lease: Lease) -> list[int]:
+    def publish(self, lease: Lease) -> PublishResult:
         """The request's prefill is done: make its prompt KV (whole pages) and the states it
         copied so far part of the cache now, as vLLM's and SGLang's prefix caches do with a
         running request's computed blocks, so that requests arriving while it decodes can
         reuse them and the states stop holding slots of its own. The request keeps its
         prompt locked (it attends to that KV while decoding); ``finish`` inserts the rest.
-        Returns the positions of the states stored. Publishes nothing if the pages cannot be
-        placed. Simulators call it; an engine that writes KV into pages at ``finish`` only
-        (the reference engine) must not."""
-        self._active(lease)
-        self._free_spares(lease)  # the prefill is done: no prefill checkpoint is left to take
-        key, ns = lease.full_key, lease.namespace
-        upto = lease.prompt_len - lease.prompt_len % self.page_size
-        if upto <= lease.hit:
-            return []
-        key = key[: upto * TOKEN_BYTES]
-        found = self.tree.match(key, ns)
-        need = self._pages_needed(found, upto)
-        moved: dict[str, int] = {}
-        for kind, count in need.items():  # the pages move from the request to the tree
-            ids = list(lease.working.get(kind, ()))
-            moved[kind] = min(count, len(ids))
-            self.pool.free(kind, ids[: moved[kind]])
-            lease.working[kind] = ids[moved[kind] :]
-        if self._ensure(need):
-            for kind, count in moved.items():  # cannot place them: take the pages back
-                lease.working[kind] = [*lease.working[kind], *self.pool.alloc(kind, count)]
-            return []
-        path = self._insert_path(key, ns, found)
-        due = {p: lease.checkpoints.pop(p) for p in sorted(lease.checkpoints) if p <= upto}
-        stored, _refused = self._store_states(path, key, ns, due, upto)
-        lease.published = [self.tree.boundary_on_path(path, p) for p in stored]  # no split:
-        # a stored state sits at a node end, and _store_states kept ``path`` current
-        node = self._split_at(key, upto, ns)
-        # the prompt's KV stays locked (the request attends to it while decoding); the state
-        # there only if the preset pins it (the request itself never reads it again)
-        self.tree.lock(node, hold_state=self.pin_published_state)
-        self._unlock_lease(lease)
-        lease.locked, lease.holds_state = node, self.pin_published_state
-        if lease.session is not None:
-            self._claim(node, lease.session)
-        return stored
+        Publishes nothing (``cached_tokens == 0``) if the pages cannot be placed. The caller
+        writes the prompt's KV into ``PublishResult.pages``."""
+        return self.inserter.publish(self.in_flight.require(lease))
+
+    def finish(self, lease: Lease) -> FinishResult:
+        """Insert the request's KV (whole pages) and its admitted states, release everything
+        else and the locks. Never half-inserts: if the KV cannot be placed, nothing is. The
+        caller writes the request's KV into ``FinishResult.pages``."""
+        return self.inserter.finish(self.in_flight.require(lease))
 
     def abort(self, lease: Lease) -> None:
         """Release everything the request holds; insert nothing."""
-        self._active(lease)
-        for kind, ids in lease.working.items():
-            self.pool.free(kind, ids)
-        lease.working = {}
-        self._free_spares(lease)
-        for slot, _reason in lease.checkpoints.values():
-            self.pool.free("recurrent", [slot])
-        lease.checkpoints = {}
+        lease = self.in_flight.require(lease)
         self.counters.aborts += 1
-        self._release(lease)
-
-    def _release(self, lease: Lease) -> None:
-        self._unlock_lease(lease)
-        lease.active = False
-        del self.leases[lease.request_id]
+        self.inserter.abort(lease)
 
     def end_session(self, session: str) -> None:
         """The session will send no more requests soon: its entries lose their protection."""
-        self.live_sessions.discard(session)
-        nodes = [n for n, s in self._node_session.items() if s == session and n.parent]
+        nodes = self.notes.end_session(validate.text("session", session))
         self.eviction.on_liveness_change(nodes)
+
+    def note_uncached_request(self, prompt_tokens: int) -> None:
+        """A request served without the cache (larger than the whole pool): counted as a miss."""
+        tokens = validate.whole("prompt_tokens", prompt_tokens, minimum=1)
+        self.counters.requests += 1
+        self.counters.prompt_tokens += tokens
+
+    # ------------------------------------------------------------------ inspection
+    def lookup(self, tokens: object, namespace: str | None = None) -> tuple[int, int]:
+        """Pure query: (reusable, attention-matched) length of ``tokens`` as cached now."""
+        key = validate.token_key("tokens", tokens)
+        result = self.tree.match(key, validate.optional_text("namespace", namespace))
+        return result.hit, result.kv_hit
+
+    def clear(self) -> None:
+        """Drop every cached entry. No request may be in flight."""
+        if len(self.in_flight):
+            raise CacheUsageError(f"clear() with {len(self.in_flight)} request(s) in flight")
+        self.tree.clear()
+        self.notes.clear()
+
+    def is_live(self, node: Node) -> bool:
+        return self.notes.is_live(node)
+
+    def state_reason(self, node: Node) -> str:
+        """Why the state at ``node`` was checkpointed (a plan's reason, ``"unknown"`` if none)."""
+        return self.notes.reason(node)
+
+    def occupancy(self) -> tuple[int, int]:
+        """Bytes charged now for KV pages and for states (cached and in flight)."""
+        return self.accounting.occupancy()
+
+    def usage(self) -> MemoryUsage:
+        """Bytes charged now: KV, states, all, and the budget."""
+        kv, state = self.accounting.occupancy()
+        return MemoryUsage(kv, state, self.pool.used_bytes, self.pool.budget_bytes)
+
+    def stats(self) -> CacheStats:
+        return snapshot(self.counters, self.pool, self.usage())
+
+    def check_integrity(self) -> None:
+        """Tree and pool invariants, plus: pool units == tree data + in-flight holdings, and
+        every lock belongs to a request in flight. Raises IntegrityError."""
+        check_cache_integrity(self.tree, self.pool, self.in_flight)
+
+    def requests_in_flight(self) -> int:
+        return len(self.in_flight)
+
+
+def _components(spec: ModelSpec, pool: MemoryPool, page: int) -> list[Component]:
+    components: list[Component] = []
+    for group in spec.groups:
+        if group.kind == "full":
+            store = pool.page_store("full")
+            components.append(FullComponent(store, bytes_per_page=pool.unit_bytes("full")))
+        elif group.kind == "swa":
+            window = group.window
+            if window % page:
+                raise ConfigError(f"page size {page} does not divide the sliding window {window}")
+            components.append(
+                SlidingWindowComponent(
+                    pool.page_store("swa"), window, bytes_per_page=pool.unit_bytes("swa")
+                )
+            )
+        else:
+            components.append(
+                RecurrentComponent(
+                    pool.slot_store("recurrent"), bytes_per_state=pool.unit_bytes("recurrent")
+                )
+            )
+    return components

@@ -1,5 +1,4 @@
-"""``CacheHolds``: what a request in flight holds beyond its working set (a mixin of
-``HybridPrefixCache``).
+"""``Holds``: what a request in flight holds beyond its working set.
 
 A request locks the path to the state it resumes from (``Lease.locked``; the lock pins the
 KV on the path and that state). Two options of the cache add to it::
@@ -17,34 +16,42 @@ KV on the path and that state). Two options of the cache add to it::
   when the prefill ends.
 
 After ``publish`` the request holds one lock, on its prompt, that pins the state there only if
-the cache's ``pin_published_state`` says so (``Lease.holds_state``).
-
-Contract: ``HybridPrefixCache.__init__`` (``hycache.cache.facade``) sets every attribute declared
-here and in ``CacheMemory``; the mixin adds no state of its own.
+the eviction policy's ``pins_published_state`` says so (``Lease.holds_state``).
 """
 
 from __future__ import annotations
 
-from hycache.cache.accounting import CacheMemory
+from hycache.cache.accounting import Accounting
+from hycache.cache.config import CacheConfig
 from hycache.cache.lease import Lease
+from hycache.cache.registry import InFlight
 from hycache.components.full import FullComponent
 from hycache.tree.base import MatchResult
 from hycache.tree.keys import TOKEN_BYTES
 from hycache.tree.node import Node
 
 #: a request waits for a spare checkpoint slot only while a slot is at most this share of the
-#: budget (see ``CacheHolds._wants_spare``)
+#: budget (see ``Holds.wants_spare``)
 SPARE_BUDGET_SHARE = 8
 
 
-class CacheHolds(CacheMemory):
+class Holds:
     """Locks, KV read in place and spare checkpoint slots of requests in flight."""
 
-    read_matched_kv: bool
-    reserve_checkpoint_slot: bool
-    states_enabled: bool
+    def __init__(
+        self, accounting: Accounting, in_flight: InFlight, config: CacheConfig, caches_states: bool
+    ) -> None:
+        self.tree = accounting.tree
+        self.pool = accounting.pool
+        self.page_size = accounting.page_size
+        self.kv_components = accounting.kv_components
+        self.recurrent = accounting.recurrent
+        self.in_flight = in_flight
+        self.read_matched_kv = config.read_matched_kv
+        self.reserve_checkpoint_slot = config.reserve_checkpoint_slot
+        self.states_enabled = caches_states
 
-    def _kv_read_in_place(self, result: MatchResult, session: str | None) -> int:
+    def kv_read_in_place(self, result: MatchResult, session: str | None) -> int:
         """With ``read_matched_kv``: how far the request reads cached attention KV in place
         (page-aligned; <= the hit: not at all). Tokens between the hit and ``kv_hit`` are
         recomputed only to rebuild the recurrent state: their queries can attend to the
@@ -59,7 +66,7 @@ class CacheHolds(CacheMemory):
             isinstance(c, FullComponent) for c in self.kv_components
         ):
             return 0
-        if session is not None and any(lease.session == session for lease in self.leases.values()):
+        if session is not None and any(lease.session == session for lease in self.in_flight):
             return 0
         held = [node.end for node in result.path if node.lock_ref > 0]
         if not held:
@@ -67,9 +74,7 @@ class CacheHolds(CacheMemory):
         upto = min(result.kv_hit, max(held))
         return upto - upto % self.page_size
 
-    def _wants_spare(
-        self, key: bytes, namespace: str | None, hit: int, result: MatchResult
-    ) -> bool:
+    def wants_spare(self, key: bytes, namespace: str | None, hit: int, result: MatchResult) -> bool:
         """With ``reserve_checkpoint_slot``: whether a request prefilling from ``hit`` reserves
         a state slot with its working set (and waits for it), so that a full pool cannot make
         it skip its prefill checkpoint. Only for a shared prefix's state (attention matched
@@ -92,25 +97,25 @@ class CacheHolds(CacheMemory):
             lease.spare_for == kv_hit
             and lease.namespace == namespace
             and lease.key.startswith(prefix)
-            for lease in self.leases.values()
+            for lease in self.in_flight
         )
 
     @staticmethod
-    def _with_spare(demand: dict[str, int], spare: int) -> dict[str, int]:
+    def with_spare(demand: dict[str, int], spare: int) -> dict[str, int]:
         return {**demand, "recurrent": demand["recurrent"] + spare} if spare else demand
 
-    def _free_spares(self, lease: Lease) -> None:
+    def free_spares(self, lease: Lease) -> None:
         if lease.spare_slots:
             self.pool.free("recurrent", lease.spare_slots)
             lease.spare_slots = []
 
-    def _unlock_admitted(self, locked: Node | None, kv_locked: Node | None) -> None:
+    def unlock_admitted(self, locked: Node | None, kv_locked: Node | None) -> None:
         if locked is not None:
             self.tree.unlock(locked)
         if kv_locked is not None:
             self.tree.unlock(kv_locked, hold_state=False)
 
-    def _unlock_lease(self, lease: Lease) -> None:
+    def unlock_lease(self, lease: Lease) -> None:
         if lease.locked is not None:
             self.tree.unlock(lease.locked, hold_state=lease.holds_state)
         if lease.kv_locked is not None:
@@ -120,5 +125,5 @@ class CacheHolds(CacheMemory):
     def passed_by_others(self, node: Node) -> bool:
         """Whether a lock passes through ``node`` (goes on below it) other than that of a
         request in flight which stored the state there when it published its prompt."""
-        owners = sum(node in lease.published for lease in self.leases.values())
+        owners = sum(node in lease.published for lease in self.in_flight)
         return self.tree.locks_passing(node) > owners

@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hycache.policy.base import PrefillPlan
+from hycache.policy.checkpoint.base import PrefillPlan
 from hycache.tree.keys import TOKEN_BYTES
 from hycache.tree.node import Node
+
+
+@dataclass(frozen=True)
+class PageRef:
+    """One KV page: the pool's page id and the first token position it holds."""
+
+    start: int
+    page: int
 
 
 @dataclass
@@ -33,6 +41,13 @@ class Lease:
     source_state: int | None
     working: dict[str, Sequence[int]]
     checkpoints: dict[int, tuple[int, str]] = field(default_factory=dict)
+    #: per KV kind, the cached pages the request reuses for ``[0, hit)`` (a sliding window's
+    #: dropped pages are absent), in position order
+    reused_pages: dict[str, tuple[PageRef, ...]] = field(default_factory=dict)
+    #: the request reads cached full-attention KV in place for ``[hit, kv_read_end)`` (see
+    #: ``kv_locked``) from ``in_place_pages``; ``kv_read_end == hit``: it reads none
+    kv_read_end: int = 0
+    in_place_pages: tuple[PageRef, ...] = ()
     #: whether the lock on ``locked`` also pins the state there (see ``RadixTree.lock``)
     holds_state: bool = True
     #: a KV-only lock deeper than ``locked``: attention matched past the state the request
@@ -44,6 +59,8 @@ class Lease:
     spare_for: int | None = None
     #: the nodes whose states ``publish`` stored (the request's own, passed by its own lock)
     published: list[Node] = field(default_factory=list)
+    #: how far ``publish`` made the prompt part of the cache (0: not published)
+    published_upto: int = 0
     fed: bytearray = field(default_factory=bytearray)
     active: bool = True
 
@@ -71,8 +88,22 @@ class Wait:
 
 @dataclass(frozen=True)
 class FinishResult:
-    """What ``finish`` stored: tokens whose KV is now cached and states inserted/refused."""
+    """What ``finish`` stored: tokens whose KV is now cached (``[0, cached_tokens)``), the
+    positions of states inserted and refused, and per KV kind the pages that hold the cached
+    tokens now (write the request's KV there; a sliding window's dropped pages are absent)."""
 
     cached_tokens: int
     states_inserted: tuple[int, ...]
     states_refused: tuple[int, ...]
+    pages: dict[str, tuple[PageRef, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What ``publish`` made part of the cache: the prompt's tokens ``[0, cached_tokens)``
+    (0: nothing), the positions of the states stored, and per KV kind the pages that hold
+    those tokens now."""
+
+    cached_tokens: int
+    states_inserted: tuple[int, ...]
+    pages: dict[str, tuple[PageRef, ...]] = field(default_factory=dict)

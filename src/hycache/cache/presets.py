@@ -6,23 +6,25 @@ See docs/presets.md for what each preset mirrors upstream.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from hycache.cache.config import CacheConfig
+from hycache.cache.facade import HybridPrefixCache
 from hycache.errors import ConfigError
 from hycache.memory.layouts import shared_pool, split_pool, unified_layout, unified_pool
-from hycache.policy.admission import AlwaysAdmit, SecondSighting
-from hycache.policy.base import AdmissionPolicy, EvictionPolicy
+from hycache.policy.admission import AdmissionPolicy, AlwaysAdmit, SecondSighting
 from hycache.policy.checkpoint.hycache import HycachePlanner
-from hycache.policy.checkpoint.planners import MarconiPlanner, SglangPlanner, VllmAlignPlanner
-from hycache.policy.eviction.heap import GDSFEviction, LRUEviction
+from hycache.policy.checkpoint.marconi import MarconiPlanner
+from hycache.policy.checkpoint.sglang import SglangPlanner
+from hycache.policy.checkpoint.vllm import VllmAlignPlanner
+from hycache.policy.eviction.base import EvictionPolicy
+from hycache.policy.eviction.gdsf import GDSFEviction
+from hycache.policy.eviction.lru import LRUEviction
 from hycache.policy.eviction.marconi import MarconiEviction
 from hycache.policy.eviction.value import ValueEviction
 from hycache.spec.model import ModelSpec
-
-if TYPE_CHECKING:
-    from hycache.cache.facade import HybridPrefixCache
 
 KnobValue = int | float | str | bool | None
 
@@ -208,6 +210,8 @@ def _coerce(preset: str, name: str, value: object) -> KnobValue:
         ) from None
     if knob.choices and coerced not in knob.choices:
         raise ConfigError(f"{preset}.{name}: {coerced!r} is not one of {knob.choices}")
+    if isinstance(coerced, float) and not math.isfinite(coerced):
+        raise ConfigError(f"{preset}.{name} must be finite, got {coerced}")
     if isinstance(coerced, int | float) and not isinstance(coerced, bool) and coerced < 0:
         raise ConfigError(f"{preset}.{name} must be >= 0, got {coerced}")
     return coerced
@@ -236,6 +240,20 @@ def _positive(preset: str, name: str, value: KnobValue) -> int:
     return value
 
 
+def _optional_int(preset: str, name: str, value: KnobValue) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{preset}.{name} must be an integer, got {value!r}")
+    return value
+
+
+def _number(preset: str, name: str, value: KnobValue) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{preset}.{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
 def _budget(value: KnobValue) -> int | None:
     if value is None:
         return None
@@ -247,35 +265,42 @@ def _budget(value: KnobValue) -> int | None:
 def build_vllm(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
-    from hycache.cache.facade import HybridPrefixCache
-
     block_size = _positive("vllm", "block_size", k["block_size"])
     pool = unified_pool(spec, capacity, block_size, track_ids=track_ids)
     block = unified_layout(spec, block_size).attn_block
-    others = [int(x) for x in str(k["other_block_sizes"]).split(",") if x.strip()]
+    try:
+        others = [int(x) for x in str(k["other_block_sizes"]).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"vllm.other_block_sizes: {k['other_block_sizes']!r} is not a list of integers"
+        ) from None
     grid = block if k["scheduler_grid"] == "mamba" else min([block, *others])
     retention = k["retention_interval"]
-    assert retention is None or isinstance(retention, int)
-    planner = VllmAlignPlanner(block, grid, retention)
+    retention = _optional_int("vllm", "retention_interval", retention)
+    planner = VllmAlignPlanner(
+        block,
+        grid,
+        retention,
+        offgrid=str(k["offgrid"]),
+        caches_states=k["mamba_cache_mode"] == "align",
+    )
     return HybridPrefixCache(
         spec,
         pool,
-        page_size=block,
+        CacheConfig(
+            page_size=block,
+            token_budget=_budget(k["max_num_batched_tokens"]),
+            name="vllm",
+        ),
         checkpoint=planner,
         admission=_admission(k["admission"]),
         eviction=LRUEviction(),
-        offgrid=str(k["offgrid"]),
-        token_budget=_budget(k["max_num_batched_tokens"]),
-        states_enabled=k["mamba_cache_mode"] == "align",
-        name="vllm",
     )
 
 
 def build_sglang(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
-    from hycache.cache.facade import HybridPrefixCache
-
     page = _positive("sglang", "page_size", k["page_size"])
     strategy = str(k["strategy"])
     if strategy == "no_buffer" and page != 1:
@@ -284,72 +309,75 @@ def build_sglang(
     if interval % page:
         raise ConfigError(f"sglang.track_interval {interval} must be a multiple of page {page}")
     ratio = k["mamba_full_memory_ratio"]
-    assert isinstance(ratio, float)
+    ratio = _number("sglang", "mamba_full_memory_ratio", ratio)
     pool = split_pool(spec, capacity, page, ratio, track_ids=track_ids)
     cap = k["max_states_per_path"]
-    assert cap is None or isinstance(cap, int)
+    cap = _optional_int("sglang", "max_states_per_path", cap)
     return HybridPrefixCache(
         spec,
         pool,
-        page_size=page,
+        CacheConfig(
+            page_size=page,
+            running_slots=3 + (2 if strategy == "extra_buffer" else 0),
+            token_budget=_budget(k["chunked_prefill_size"]),
+            name="sglang",
+        ),
         checkpoint=SglangPlanner(strategy, page, interval),
-        admission=AlwaysAdmit(),
+        admission=AlwaysAdmit(max_states_per_path=cap),
         eviction=LRUEviction(refresh_state_path=False, session_aware=bool(k["session_aware"])),
-        running_slots=3 + (2 if strategy == "extra_buffer" else 0),
-        max_states_per_path=cap,
-        token_budget=_budget(k["chunked_prefill_size"]),
-        name="sglang",
     )
 
 
 def build_marconi(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
-    from hycache.cache.facade import HybridPrefixCache
-
     page = _positive("marconi", "page_size", k["page_size"])
     alpha = k["alpha"]
-    assert isinstance(alpha, float)
+    alpha = _number("marconi", "alpha", alpha)
     return HybridPrefixCache(
         spec,
         shared_pool(spec, capacity, page, track_ids=track_ids),
-        page_size=page,
+        CacheConfig(
+            page_size=page,
+            name="marconi",
+        ),
         checkpoint=MarconiPlanner(),
         admission=AlwaysAdmit(),
         eviction=MarconiEviction(alpha),
-        max_states_per_path=None,
-        name="marconi",
     )
 
 
-def _hycache_eviction(name: str, session_aware: bool) -> EvictionPolicy:
+def _hycache_eviction(name: str, session_aware: bool, pins: bool) -> EvictionPolicy:
     if name == "lru":
-        return LRUEviction(session_aware=session_aware)
+        return LRUEviction(session_aware=session_aware, pins_published_state=pins)
     if name == "value":
-        return ValueEviction(session_aware=session_aware)
-    return GDSFEviction(session_aware=session_aware, use_frequency=name == "gdsf")
+        return ValueEviction(session_aware=session_aware, pins_published_state=pins)
+    return GDSFEviction(
+        session_aware=session_aware, use_frequency=name == "gdsf", pins_published_state=pins
+    )
 
 
 def build_hycache(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
-    from hycache.cache.facade import HybridPrefixCache
-
     page = _positive("hycache", "page_size", k["page_size"])
     interval = k["interval"]
-    assert isinstance(interval, int)
+    interval = _optional_int("hycache", "interval", interval) or 0
     return HybridPrefixCache(
         spec,
         shared_pool(spec, capacity, page, track_ids=track_ids),
-        page_size=page,
+        CacheConfig(
+            page_size=page,
+            token_budget=_budget(k["token_budget"]),
+            read_matched_kv=bool(k["read_matched_kv"]),
+            reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
+            name="hycache",
+        ),
         checkpoint=HycachePlanner(interval, adaptive=bool(k["adaptive"])),
         admission=_admission(k["admission"]),
-        eviction=_hycache_eviction(str(k["eviction"]), bool(k["session_aware"])),
-        token_budget=_budget(k["token_budget"]),
-        read_matched_kv=bool(k["read_matched_kv"]),
-        pin_published_state=bool(k["pin_published_state"]),
-        reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
-        name="hycache",
+        eviction=_hycache_eviction(
+            str(k["eviction"]), bool(k["session_aware"]), bool(k["pin_published_state"])
+        ),
     )
 
 
@@ -372,5 +400,19 @@ def build_cache(
     """A cache for ``spec`` holding at most ``capacity_bytes``, configured like ``preset``.
     Unknown presets or knobs and invalid values raise ConfigError naming them.
     ``track_ids=False``: accounting only (the simulator), no real page/slot ids."""
+    capacity = _capacity(capacity_bytes)
+    if not isinstance(spec, ModelSpec):
+        raise ConfigError(f"spec must be a ModelSpec, got {type(spec).__name__}")
     values = resolve_knobs(preset, knobs)
-    return BUILDERS[preset](spec, capacity_bytes, values, track_ids)
+    return BUILDERS[preset](spec, capacity, values, track_ids)
+
+
+def _capacity(value: object) -> int:
+    """A byte budget: a positive int, or a finite whole float (``1e9``)."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"capacity_bytes must be a whole number of bytes, got {value!r}")
+    if value < 1:
+        raise ConfigError(f"capacity_bytes (the byte budget) must be positive, got {value}")
+    return value

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from hycache.memory.pool import MemoryPool
+
 
 @dataclass
 class Counters:
@@ -32,11 +34,26 @@ class Counters:
     states_capped: int = 0
     reason_inserted: Counter[str] = field(default_factory=Counter)
     reason_hits: Counter[str] = field(default_factory=Counter)
+    in_place_tokens: int = 0
+    published_reused_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryUsage:
+    """Bytes charged now: KV pages, states (cached and in flight), everything, the budget."""
+
+    kv_bytes: int
+    state_bytes: int
+    used_bytes: int
+    budget_bytes: int
 
 
 @dataclass(frozen=True)
 class CacheStats:
-    """A snapshot. ``recompute_tokens``: attention matched but no usable state there."""
+    """A snapshot. ``recompute_tokens``: attention matched but no usable state there.
+    ``in_place_tokens``: recomputed tokens whose queries read cached attention KV in place
+    (no pages of their own). ``published_reused_tokens``: reused tokens that a request still
+    in flight had published past its own hit (reused before it finished)."""
 
     requests: int
     waits: int
@@ -65,6 +82,8 @@ class CacheStats:
     peak_bytes: int
     budget_bytes: int
     padding_waste_bytes: int
+    in_place_tokens: int = 0
+    published_reused_tokens: int = 0
 
     @property
     def token_hit_rate(self) -> float:
@@ -73,3 +92,38 @@ class CacheStats:
     @property
     def kv_hit_rate(self) -> float:
         return self.kv_matched_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def snapshot(c: Counters, pool: MemoryPool, usage: MemoryUsage) -> CacheStats:
+    """The statistics of a cache whose running totals are ``c``."""
+    return CacheStats(
+        requests=c.requests,
+        waits=c.waits,
+        aborts=c.aborts,
+        prompt_tokens=c.prompt_tokens,
+        kv_matched_tokens=c.kv_matched_tokens,
+        reused_tokens=c.reused_tokens,
+        recompute_tokens=c.kv_matched_tokens - c.reused_tokens,
+        requests_hit=c.requests_hit,
+        component_hits=dict(c.component_hits),
+        component_misses=dict(c.component_misses),
+        evictions=dict(c.evictions),
+        evicted_bytes=c.evicted_bytes,
+        cow_copies=c.cow_copies,
+        checkpoints_recorded=c.checkpoints_recorded,
+        checkpoints_skipped=c.checkpoints_skipped,
+        offgrid_dropped=c.offgrid_dropped,
+        offgrid_misplaced=c.offgrid_misplaced,
+        states_inserted=c.states_inserted,
+        states_rejected=c.states_rejected,
+        states_duplicate=c.states_duplicate,
+        states_capped=c.states_capped,
+        kv_bytes=usage.kv_bytes,
+        state_bytes=usage.state_bytes,
+        used_bytes=usage.used_bytes,
+        peak_bytes=sum(pool.peak.values()),
+        budget_bytes=usage.budget_bytes,
+        padding_waste_bytes=pool.padding_waste_bytes(),
+        in_place_tokens=c.in_place_tokens,
+        published_reused_tokens=c.published_reused_tokens,
+    )

@@ -1,113 +1,153 @@
-"""The simulator's subcommands: ``simulate``, ``compare`` and ``tune``."""
+"""The simulator's subcommands: ``simulate``, ``compare`` and ``tune``.
+
+Order of work, so that bad input costs nothing: argparse checks every value it can alone
+(sizes, knobs, policies, counts, output paths: exit 2 naming the option); then the model,
+hardware and source are loaded and cross-checked; then percentages are resolved against the
+workload's footprint and every capacity must hold the smallest request (``hycache.cli.fit``);
+only then do the replays run, and the output files are written last, atomically. A request
+larger than a capacity (but not all of them) is served uncached and counted as rejected, in
+``simulate`` and ``compare`` alike.
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import os
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from hycache.cli.units import parse_size
+from hycache.cli.fit import Capacity, check_capacities, resolve
+from hycache.cli.knobs import add_knob_option, check_knobs_apply, knob_overrides, policies_arg
+from hycache.cli.numbers import non_negative_float, positive_int
+from hycache.cli.output import check_distinct, output_arg, write_atomically
+from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
-from hycache.sim.report import render_html, table
+from hycache.sim.report import rejected_notes, render_html, table
 from hycache.sim.request import Request
-from hycache.sim.simulate import SimulationConfig, footprint_bytes, parse_set_options, simulate
+from hycache.sim.simulate import SimulationConfig, footprint_bytes, simulate
 from hycache.sim.trace import count_requests, read_trace
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
-from hycache.sim.workloads import generate
+from hycache.sim.workloads import WORKLOADS, generate
 from hycache.spec.model import load_spec
+
+Source = Callable[[], Iterable[Request]]
+DEFAULT_REQUESTS = 200
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """--trace | --workload, --requests, --seed, --model (every simulator subcommand)."""
     group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--trace", help="trace file (Mooncake, Marconi or hycache JSONL)")
-    group.add_argument("--workload", help="built-in workload generator name")
-    parser.add_argument("--requests", type=int, default=200, help="requests to generate")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--limit", type=int, help="replay only the first N requests of a trace")
-    parser.add_argument("--model", required=True, help="named spec or path to config.json")
-    parser.add_argument("--hardware", default="h200")
-    parser.add_argument("--mode", choices=("serial", "engine"), default="serial")
-    parser.add_argument("--policy", default="vllm,sglang,marconi,hycache")
-    parser.add_argument("--set", action="append", default=[], metavar="PRESET.KNOB=VALUE")
-    parser.add_argument("--json", help="write the results as JSON here")
-    parser.add_argument("--report", help="write a self-contained HTML report here")
-    parser.add_argument("--progress", action="store_true", help="force progress bars")
+    group.add_argument(
+        "--trace",
+        help="trace file: Mooncake, Marconi or hycache JSONL, optionally .gz "
+        "(bundled: data/traces/mooncake_conversation.jsonl.gz, mooncake_synthetic.jsonl.gz)",
+    )
+    group.add_argument("--workload", help=f"built-in workload: {', '.join(WORKLOADS)}")
     parser.add_argument(
-        "--session-idle-s",
-        default="none",
-        help="end a session idle this many seconds of trace time (none: never, as SGLang)",
+        "--requests",
+        type=positive_int,
+        help=f"--workload: requests to generate (default {DEFAULT_REQUESTS}); "
+        "--trace: replay only the first N (default all)",
+    )
+    parser.add_argument("--seed", type=int, help="--workload only: generator seed (default 0)")
+    parser.add_argument(
+        "--model", required=True, help="named spec (e.g. qwen3-next-80b-a3b) or a config.json"
     )
 
 
-def _idle_s(value: str) -> float | None:
-    if value.strip().lower() in ("none", "null", ""):
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a replay takes besides its source (simulate and compare)."""
+    parser.add_argument("--hardware", default="h200", help="cost model profile (default h200)")
+    parser.add_argument("--mode", choices=("serial", "engine"), default="serial")
+    parser.add_argument(
+        "--policy",
+        type=policies_arg,
+        default="vllm,sglang,marconi,hycache",
+        help="P[,Q...] or all (default vllm,sglang,marconi,hycache)",
+    )
+    add_knob_option(parser)
+    parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
+    parser.add_argument("--report", type=output_arg, help="write a self-contained HTML report")
+    parser.add_argument("--progress", action="store_true", help="force progress bars")
+    parser.add_argument(
+        "--session-idle-s",
+        type=idle_seconds_arg,
+        default=None,
+        help="end a session idle this many seconds of trace time (default none: never, as "
+        "SGLang without a session timeout)",
+    )
+
+
+def idle_seconds_arg(text: str) -> float | None:
+    """``none`` or a finite number of seconds >= 0."""
+    if text.strip().lower() == "none":
         return None
-    try:
-        idle = float(value)
-    except ValueError:
-        raise ConfigError(f"--session-idle-s: expected seconds or none, got {value!r}") from None
-    if not idle >= 0:
-        raise ConfigError(f"--session-idle-s must be >= 0, got {value!r}")
-    return idle
+    return non_negative_float(text)
 
 
-def make_source(args: argparse.Namespace) -> tuple[Callable[[], Iterable[Request]], int, str]:
+def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
     """A re-iterable request source, its size, and a label. Checks the source up front."""
     if args.trace:
+        if args.seed is not None:
+            raise ConfigError("--seed applies to --workload only: a trace replays its requests")
         path = str(args.trace)
         if not Path(path).is_file():
             raise InputError(path, "no such trace file")
         total = count_requests(path)
-        limit = args.limit
+        limit: int | None = args.requests
         if limit is not None:
             total = min(total, limit)
         return (lambda: read_trace(path, limit=limit)), total, Path(path).name
-    if args.requests < 1:
-        raise ConfigError("--requests must be >= 1")
-    name, n, seed = args.workload, args.requests, args.seed
+    name = args.workload
+    n = DEFAULT_REQUESTS if args.requests is None else args.requests
+    seed = 0 if args.seed is None else args.seed
     list(generate(name, requests=1, seed=seed))  # fail fast on an unknown name
     return (lambda: generate(name, requests=n, seed=seed)), n, f"workload {name} (seed {seed})"
 
 
 def _config(args: argparse.Namespace) -> SimulationConfig:
+    """The model, cost model and knobs; every requested replay serves a request that never
+    fits uncached (counted), so one oversized request does not abort the run."""
+    knobs = knob_overrides(args.knobs)
+    check_knobs_apply(knobs, args.policy)
+    check_distinct({"--json": args.json, "--report": args.report})
     spec = load_spec(args.model)
-    knobs = parse_set_options(args.set)
     return SimulationConfig(
         spec,
         CostModel(spec, hardware(args.hardware)),
         mode=args.mode,
         knobs=knobs,
         progress=True if args.progress else None,
-        session_idle_s=_idle_s(args.session_idle_s),
+        reject_oversized=True,
+        session_idle_s=args.session_idle_s,
     )
 
 
-def _policies(args: argparse.Namespace) -> list[str]:
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    if not policies:
-        raise ConfigError("--policy needs at least one policy")
-    return policies
-
-
-def _write_atomically(path: str, text: str) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _capacities(
+    config: SimulationConfig,
+    source: Source,
+    sizes: Sequence[Size],
+    footprint: int | None,
+    label: str,
+    policies: list[str],
+) -> list[Capacity]:
+    """``sizes`` in bytes (percentages of ``footprint``), distinct, each checked to hold the
+    smallest request."""
+    capacities = resolve(sizes, footprint)
+    seen: dict[int, str] = {}
+    for capacity in capacities:
+        if capacity.nbytes in seen:
+            raise ConfigError(
+                f"capacities {seen[capacity.nbytes]!r} and {capacity.size.text!r} are both "
+                f"{capacity.nbytes} bytes"
+            )
+        seen[capacity.nbytes] = capacity.size.text
+    check_capacities(config, source(), capacities, policies, label)
+    return capacities
 
 
 def _outputs(
@@ -118,7 +158,7 @@ def _outputs(
 ) -> None:
     """Write --json / --report only after everything succeeded."""
     if args.json:
-        payload = {
+        payload: dict[str, object] = {
             "source": label,
             "model": args.model,
             "mode": args.mode,
@@ -130,57 +170,56 @@ def _outputs(
         if len(by_capacity) == 1:
             only = next(iter(by_capacity.values()))
             payload["policies"] = {p: r.as_json() for p, r in only.items()}
-        _write_atomically(args.json, json.dumps(payload, indent=1, default=str))
+        write_atomically(args.json, json.dumps(payload, indent=1, default=str))
     if args.report:
-        _write_atomically(
-            args.report, render_html(f"hycache: {label} on {args.model}", by_capacity, notes)
-        )
+        title = f"hycache: {label} on {args.model}"
+        write_atomically(args.report, render_html(title, by_capacity, notes))
+
+
+def _print_results(results: dict[str, PolicyResult]) -> None:
+    print(table(results))
+    for note in rejected_notes(results):
+        print(f"note: {note}")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     config = _config(args)
-    capacity = parse_size(args.capacity)
-    policies = _policies(args)
     source, total, label = make_source(args)
-    results = simulate(config, source, capacity, policies, total=total)
-    print(f"{label}, {args.model}, capacity {capacity / 1e9:.2f} GB, {args.mode} mode")
-    print(table(results))
-    _outputs(args, label, {capacity: results}, [])
+    size: Size = args.capacity
+    footprint = footprint_bytes(config, source) if size.relative else None
+    [capacity] = _capacities(config, source, [size], footprint, label, args.policy)
+    results = simulate(config, source, capacity.nbytes, args.policy, total=total)
+    shown = format_bytes(capacity.nbytes)
+    if footprint is not None:
+        shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
+    print(f"{label}, {args.model}, capacity {shown}, {args.mode} mode")
+    _print_results(results)
+    _outputs(args, label, {capacity.nbytes: results}, [])
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    config = dataclasses.replace(_config(args), reject_oversized=True)
-    policies = _policies(args)
+    config = _config(args)
     source, total, label = make_source(args)
     footprint = footprint_bytes(config, source)
-    capacities = []
-    for item in args.capacities.split(","):
-        item = item.strip()
-        if item.endswith("%"):
-            try:
-                fraction = float(item[:-1]) / 100
-            except ValueError:
-                raise ConfigError(f"--capacities: bad percentage {item!r}") from None
-            capacities.append(max(1, int(footprint * fraction)))
-        else:
-            capacities.append(parse_size(item))
+    capacities = _capacities(config, source, args.capacities, footprint, label, args.policy)
     notes = [f"unlimited footprint (all KV + branch and end states): {footprint / 1e9:.2f} GB"]
-    by_capacity = {}
+    by_capacity: dict[int, dict[str, PolicyResult]] = {}
     print(f"{label}, {args.model}, {args.mode} mode; {notes[0]}")
     for capacity in capacities:
-        by_capacity[capacity] = simulate(config, source, capacity, policies, total=total)
-        print(f"\ncapacity {capacity / 1e9:.2f} GB ({capacity / footprint:.0%} of footprint)")
-        print(table(by_capacity[capacity]))
+        results = simulate(config, source, capacity.nbytes, args.policy, total=total)
+        by_capacity[capacity.nbytes] = results
+        share = capacity.nbytes / footprint if footprint else 0.0
+        print(f"\ncapacity {capacity.nbytes / 1e9:.2f} GB ({share:.0%} of footprint)")
+        _print_results(results)
     _outputs(args, label, by_capacity, notes)
     return 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    config = _config(args)
+    spec = load_spec(args.model)
     source, _total, label = make_source(args)
-    stats = trace_stats(source())
-    rec = recommend(config.spec, stats)
+    rec = recommend(spec, trace_stats(source()))
     print(f"{label} on {args.model}:")
     print(rec.explanation)
     return 0
@@ -189,16 +228,29 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     sim = sub.add_parser("simulate", help="replay a trace or workload through the presets")
     add_source_arguments(sim)
-    sim.add_argument("--capacity", required=True, help="cache size, e.g. 40GB or 32GiB")
+    sim.add_argument(
+        "--capacity",
+        type=size_arg,
+        required=True,
+        help="cache size: bytes (40GB, 32GiB) or a percentage of the unlimited footprint (10%%)",
+    )
+    add_run_arguments(sim)
     sim.set_defaults(func=cmd_simulate)
     comp = sub.add_parser("compare", help="simulate every preset over several capacities")
     add_source_arguments(comp)
     comp.add_argument(
         "--capacities",
+        type=sizes_arg,
         default="5%,10%,20%,40%",
-        help="sizes or percentages of the unlimited footprint",
+        help="comma-separated sizes or percentages of the unlimited footprint "
+        "(default 5%%,10%%,20%%,40%%)",
     )
+    add_run_arguments(comp)
     comp.set_defaults(func=cmd_compare)
-    tune = sub.add_parser("tune", help="recommend a retention interval and checkpoint policy")
+    tune = sub.add_parser(
+        "tune",
+        help="recommend a retention interval and checkpoint policy",
+        description="Read the workload's statistics (no replay) and recommend hycache knobs.",
+    )
     add_source_arguments(tune)
     tune.set_defaults(func=cmd_tune)

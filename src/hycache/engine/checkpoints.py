@@ -36,7 +36,7 @@ class CheckpointMixin(StoreTransferMixin):
     inject: str | None
 
     def _cache_misplaces(self) -> bool:
-        return self.cache.offgrid == "misplace"
+        return self.cache.checkpoint_policy.offgrid == "misplace"
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(

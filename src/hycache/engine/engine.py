@@ -57,7 +57,7 @@ from hycache.engine.model import LoadedModel
 from hycache.engine.request import EngineRequest, ListSource, RequestResult, RequestSource
 from hycache.engine.store import PrefixTags, TensorStore
 from hycache.engine.transfer import StoreTransferMixin
-from hycache.errors import CapacityError, ConfigError
+from hycache.errors import CapacityError, ConfigError, IntegrityError
 from hycache.tree.keys import encode_tokens
 
 if TYPE_CHECKING:
@@ -97,6 +97,7 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
         inject: str | None = None,
         check_owners: bool = True,
         check_tree: bool = False,
+        publish: bool = True,
     ) -> None:
         if inject is not None and inject not in INJECTS:
             raise ConfigError(f"unknown inject {inject!r}; known: {', '.join(INJECTS)}")
@@ -110,6 +111,7 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
         self.inject = inject
         self.check_owners = check_owners
         self.check_tree = check_tree
+        self.publish = publish
         self.page_size = cache.page_size
         pool = cache.pool
         limits = {
@@ -249,15 +251,26 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
         tokens = list(prompt)
         pos = lease.hit
         logits: torch.Tensor | None = None
+        in_place = lease.kv_read_end > lease.hit
         for end in sorted(ends):
             logits = self.model.forward(dc, tokens[pos:end], pos)
             pos = end
+            if in_place and pos >= lease.kv_read_end:
+                # from here on the prompt attends to the cached KV the lease reads in place
+                self._read_in_place(lease, dc, kv_start, tags, result.violations)
+                result.in_place_tokens = lease.kv_read_end - lease.hit
+                in_place = False
             self._flush(lease, dc, tags, deferred, pos, result, after_forward=True)
             if end in planned:
                 self._checkpoint(lease, dc, tags, end, planned[end], deferred, result)
             yield
-        assert logits is not None and pos == n
+        if logits is None or pos != n:
+            raise IntegrityError(f"prefill stopped at {pos} of {n} tokens")
         result.prefill_s = time.perf_counter() - started
+        if self.publish:
+            published = self.cache.publish(lease)
+            if published.cached_tokens:
+                self._scatter(lease.key, ns, dc, kv_start, pos, published.pages)
         result.logits.append(logits)
         output = [int(torch.argmax(logits))]
         while len(output) < request.max_new_tokens:
@@ -286,8 +299,8 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
             # finish() keeps the last running slot as the end-of-request state (when the
             # request ends on a page boundary): it must hold the state after every fed token
             self._write_state(dc, running[-1], tags.tag(lease.length))
-        self.cache.finish(lease)
-        self._scatter(full_key, ns, dc, kv_start, pos)
+        finished = self.cache.finish(lease)
+        self._scatter(full_key, ns, dc, kv_start, pos, finished.pages)
 
     # ------------------------------------------------------------------ reference
     def run_cold(self, prompt: Sequence[int], max_new_tokens: int) -> RequestResult:

@@ -45,6 +45,8 @@ class RequestResult:
     violations: list[str] = field(default_factory=list)
     prefill_s: float = 0.0
     waits: int = 0
+    #: recomputed prompt tokens whose queries read cached attention KV in place
+    in_place_tokens: int = 0
 
 
 @runtime_checkable

@@ -15,16 +15,16 @@ Needs ``model``, ``cache``, ``store``, ``kv_components``, ``page_size``, ``windo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hycache.engine.store import PrefixTags
+from hycache.errors import IntegrityError
 
 if TYPE_CHECKING:
     import torch
 
     from hycache.cache.facade import HybridPrefixCache
-    from hycache.cache.lease import Lease
+    from hycache.cache.lease import Lease, PageRef
     from hycache.components.full import PagedKVComponent
     from hycache.engine.model import LoadedModel
     from hycache.engine.store import TensorStore
@@ -52,27 +52,18 @@ class StoreTransferMixin:
         if hit == 0:
             return kv_start
         page = self.page_size
-        nodes = self.cache.tree.nodes_on(lease.key, lease.namespace, length=hit)
-        assert nodes and nodes[-1].end == hit, f"no node boundary at the hit {hit}"
         for kind, pages in self.store.pages.items():
-            component = self.kv_components[kind]
             lo = 0
             if kind == "swa":
-                assert self.window is not None
+                if self.window is None:
+                    raise IntegrityError("sliding-window pages without a window")
                 lo = max(0, hit - self.window + 1)
                 lo -= lo % page
-            ids: list[int] = []
-            starts: list[int] = []
-            for node in nodes:
-                if node.end <= lo:
-                    continue
-                data: Sequence[int] | None = node.data[component.slot]
-                assert data is not None, f"{kind} KV missing on {node} below the hit {hit}"
-                for j, page_id in enumerate(data):
-                    start = node.start + j * page
-                    if start + page > lo:
-                        ids.append(page_id)
-                        starts.append(start)
+            refs = [r for r in lease.reused_pages.get(kind, ()) if r.start + page > lo]
+            ids = [r.page for r in refs]
+            starts = [r.start for r in refs]
+            if starts != list(range(lo, hit, page)):
+                raise IntegrityError(f"{kind} KV the cache reused for [{lo}, {hit}) is incomplete")
             pages.ensure(max(ids))
             for page_id, start in zip(ids, starts, strict=True):
                 if self.check_owners and pages.owner[page_id] != tags.tag(start + page):
@@ -92,7 +83,8 @@ class StoreTransferMixin:
         slots = self.store.slots
         if slots is not None:
             source = lease.source_state
-            assert source is not None, f"hit {hit} without a state to resume from"
+            if source is None:
+                raise IntegrityError(f"hit {hit} without a state to resume from")
             slots.ensure(source)
             if self.check_owners and slots.owner[source] != tags.tag(hit):
                 violations.append(
@@ -101,6 +93,43 @@ class StoreTransferMixin:
             conv, rec = slots.read(source)
             self._load_state(dc, conv, rec)
         return kv_start
+
+    def _read_in_place(
+        self,
+        lease: Lease,
+        dc: Any,
+        kv_start: dict[str, int],
+        tags: PrefixTags,
+        violations: list[str],
+    ) -> None:
+        """Make the full-attention layers attend to the cached KV the lease reads in place
+        (``lease.in_place_pages``, positions ``[hit, kv_read_end)``): the request recomputed
+        those tokens only to rebuild the recurrent state, and holds no pages of its own for
+        them. Their KV in ``dc`` is replaced by the pages' content."""
+        pages = self.store.pages.get("full")
+        refs = lease.in_place_pages
+        if pages is None or not refs:
+            return
+        page = self.page_size
+        if [r.start for r in refs] != list(range(lease.hit, lease.kv_read_end, page)):
+            raise IntegrityError(
+                f"KV read in place for [{lease.hit}, {lease.kv_read_end}) is incomplete"
+            )
+        ids = [r.page for r in refs]
+        pages.ensure(max(ids))
+        for ref in refs:
+            if self.check_owners and pages.owner[ref.page] != tags.tag(ref.start + page):
+                violations.append(
+                    f"full page {ref.page} read in place for [{ref.start}, {ref.start + page})"
+                    " holds another prefix's KV"
+                )
+        keys, values = pages.read(ids)
+        lo = lease.hit - kv_start["full"]
+        hi = lease.kv_read_end - kv_start["full"]
+        for i, layer in enumerate(pages.layers):
+            cache_layer = dc.layers[layer.index]
+            cache_layer.keys[0, :, lo:hi] = keys[i].transpose(0, 1)
+            cache_layer.values[0, :, lo:hi] = values[i].transpose(0, 1)
 
     def _load_state(
         self, dc: Any, conv: list[torch.Tensor | None], rec: list[torch.Tensor | None]
@@ -137,41 +166,42 @@ class StoreTransferMixin:
 
     # ------------------------------------------------------------------ scatter
     def _scatter(
-        self, full_key: bytes, ns: str | None, dc: Any, kv_start: dict[str, int], kv_len: int
+        self,
+        full_key: bytes,
+        ns: str | None,
+        dc: Any,
+        kv_start: dict[str, int],
+        kv_len: int,
+        cached: dict[str, tuple[PageRef, ...]],
     ) -> None:
-        """Write the request's KV into every page of its cached path whose owner tag is not
-        this prefix (new pages; reused ids still holding an earlier owner's data)."""
+        """Write the request's KV into every page the cache filed its tokens under
+        (``cached``: from ``publish`` or ``finish``) whose owner tag is not this prefix (new
+        pages; reused ids still holding an earlier owner's data)."""
         import torch
 
         page = self.page_size
         tags = PrefixTags(ns, full_key)
-        nodes = self.cache.tree.nodes_on(full_key, ns)
         for kind, pages in self.store.pages.items():
-            component = self.kv_components[kind]
             lo = kv_start[kind]
             ids: list[int] = []
             starts: list[int] = []
             partial: list[tuple[int, int]] = []
-            for node in nodes:
-                data: Sequence[int] | None = node.data[component.slot]
-                if data is None:
+            for ref in cached.get(kind, ()):
+                start, page_id = ref.start, ref.page
+                tag = tags.tag(start + page)
+                pages.ensure(page_id)
+                if pages.owner[page_id] == tag:
                     continue
-                for j, page_id in enumerate(data):
-                    start = node.start + j * page
-                    tag = tags.tag(start + page)
-                    pages.ensure(page_id)
-                    if pages.owner[page_id] == tag:
-                        continue
-                    if start < lo:
-                        # revived SWA KV this request never had: leave it unclaimed, a read
-                        # of it is then reported as a violation
-                        pages.owner[page_id] = None
-                        self.unfilled_pages += 1
-                    elif start + page > kv_len:
-                        partial.append((page_id, start))  # only with the stale-tail fault
-                    else:
-                        ids.append(page_id)
-                        starts.append(start)
+                if start < lo:
+                    # revived SWA KV this request never had: leave it unclaimed, a read
+                    # of it is then reported as a violation
+                    pages.owner[page_id] = None
+                    self.unfilled_pages += 1
+                elif start + page > kv_len:
+                    partial.append((page_id, start))  # only with the stale-tail fault
+                else:
+                    ids.append(page_id)
+                    starts.append(start)
             if not ids and not partial:
                 continue
             sources_k = []

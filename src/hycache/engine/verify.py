@@ -7,22 +7,28 @@ greedy continuation (and the logits of every decode step while the continuations
 continuation that differs where the cold run's top-2 logits are closer than the tolerance is a
 near-tie (reported, not a failure). Any delta above the tolerance, any other mismatch or any
 owner-tag violation (stale or misfiled data read) fails the cell.
+
+With ``inject`` the engine breaks the hit path on purpose and counts how often the fault stored
+wrong data and how often a hit read it (it *fired*; ``hycache.engine.faults``); ``run_verify``
+prints both. Exit codes: 0 every cell passed (and something was reused), 1 a difference (or
+nothing reused), 3 the injected fault never fired, so the run cannot show it would be caught.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from hycache.cache.presets import KNOBS, build_cache
 from hycache.engine.archs import init_model
-from hycache.engine.engine import Engine, RequestResult
+from hycache.engine.engine import RequestResult
+from hycache.engine.faults import FaultCountingEngine
 from hycache.engine.workloads import SessionSource, generate_turns
-from hycache.errors import ConfigError
+from hycache.errors import CapacityError, ConfigError
 from hycache.memory.layouts import unified_layout
 from hycache.spec.model import ModelSpec
 
@@ -49,6 +55,9 @@ class CellResult:
     failed: int = 0
     prompt_tokens: int = 0
     reused_tokens: int = 0
+    #: of the prompt tokens reused or read: restored from published prefixes, read in place
+    published_tokens: int = 0
+    in_place_tokens: int = 0
     requests_hit: int = 0
     evictions: int = 0
     checkpoints: int = 0
@@ -62,6 +71,9 @@ class CellResult:
     page_size: int = 0
     seconds: float = 0.0
     tolerance: float = 0.0
+    #: how often the injected fault stored wrong data, and how many hits read it (``fired``)
+    stored: int = 0
+    fired: int = 0
     details: list[str] = field(default_factory=list)
 
     @property
@@ -137,7 +149,7 @@ def verify_cell(
     tolerance: float | None = None,
     max_running: int = 2,
     check_owners: bool = True,
-    knobs: dict[str, object] | None = None,
+    knobs: Mapping[str, object] | None = None,
     cold_memo: dict[tuple[tuple[int, ...], int], RequestResult] | None = None,
 ) -> CellResult:
     """Run one workload with ``policy`` on ``model`` and compare every request to a cold run."""
@@ -145,11 +157,13 @@ def verify_cell(
     dtype = str(model.dtype).removeprefix("torch.")
     tol = DEFAULT_TOLERANCE.get(dtype, 1e-4) if tolerance is None else tolerance
     budget = default_capacity(model.spec) if capacity is None else capacity
-    settings = policy_knobs(policy, model.spec, chunk=chunk, inject=inject) | (knobs or {})
+    settings = policy_knobs(policy, model.spec, chunk=chunk, inject=inject) | dict(knobs or {})
     cache: HybridPrefixCache = build_cache(
         model.spec, budget, policy, track_ids=True, **cast(dict[str, Any], settings)
     )
-    engine = Engine(model, cache, max_running=max_running, inject=inject, check_owners=check_owners)
+    engine = FaultCountingEngine(
+        model, cache, max_running=max_running, inject=inject, check_owners=check_owners
+    )
     turns = generate_turns(workload, requests=requests, seed=seed, vocab=model.vocab_size)
     source = SessionSource(turns)
     results = engine.run(source)
@@ -181,13 +195,17 @@ def verify_cell(
         for violation in result.violations:
             cell.violations.append(f"{result.request.rid}: {violation}")
         cell.checkpoints += len(result.checkpoints)
+        cell.in_place_tokens += result.in_place_tokens
     stats = cache.stats()
+    cell.published_tokens = stats.published_reused_tokens
     cell.prompt_tokens = stats.prompt_tokens
     cell.reused_tokens = stats.reused_tokens
     cell.requests_hit = stats.requests_hit
     cell.evictions = sum(stats.evictions.values())
     cell.peak_bytes = stats.peak_bytes
     cell.budget_bytes = stats.budget_bytes
+    cell.stored = engine.stored
+    cell.fired = engine.fired
     cell.seconds = time.perf_counter() - started
     return cell
 
@@ -272,11 +290,13 @@ def run_verify(
     hidden: int = 64,
     model_dir: str | None = None,
     check_owners: bool = True,
-    knobs: dict[str, dict[str, object]] | None = None,
+    knobs: Mapping[str, Mapping[str, object]] | None = None,
     echo: Callable[[str], None] = print,
 ) -> VerifyOutcome:
     """Verify every combination; print a table per architecture. Exit code 0 (all passed, and
-    something was reused) or 1."""
+    something was reused), 1 (a difference, or nothing reused) or 3 (``inject`` given and the
+    fault never fired in any cell, and nothing differed). CapacityError when no request of a
+    cell fits the cache at all."""
     from hycache.engine.model import load_model
 
     for policy in policies:
@@ -314,6 +334,11 @@ def run_verify(
                         knobs=(knobs or {}).get(policy),
                         cold_memo=memo,
                     )
+                    if cell.requests and cell.failed == cell.requests:
+                        raise CapacityError(
+                            f"{label}/{policy}/{workload}: no request fits a cache of "
+                            f"{cell.budget_bytes} bytes ({cell.details[0]}); raise --capacity"
+                        )
                     arch_cells.append(cell)
             cells += arch_cells
             echo(f"\n== {label} ({model.model_type}, {dtype}) " + "=" * 40)
@@ -336,13 +361,36 @@ def run_verify(
         f"{reused} prompt tokens reused from the cache, max |delta| {_fmt_delta(worst)} "
         f"(tolerance {tol:g}), {sum(c.near_ties for c in cells)} near-tie(s)"
     )
+    echo(
+        f"reused by path: restored {reused}, of which from published prefixes "
+        f"{sum(c.published_tokens for c in cells)}; read in place "
+        f"{sum(c.in_place_tokens for c in cells)}"
+    )
+    fired = sum(c.fired for c in cells)
     if inject is not None:
+        stored = sum(c.stored for c in cells)
         echo(f"fault injected: {inject}")
+        echo(
+            f"inject {inject}: fired {fired} times (hits that read corrupted data; "
+            f"{stored} corrupted entries stored)"
+        )
     if failed:
         echo(f"FAIL: {len(failed)} of {len(cells)} combination(s) differ from the cold run")
         return VerifyOutcome(cells, 1)
+    if inject is not None and fired == 0:
+        echo(
+            f"fault not exercised: no hit read data corrupted by {inject} with these "
+            "policies and workloads, so this run cannot show that the verifier catches it"
+        )
+        return VerifyOutcome(cells, 3)
     if reused == 0:
         echo("FAIL: nothing was reused from the cache, so the comparison proves nothing")
         return VerifyOutcome(cells, 1)
+    if inject is not None:
+        echo(
+            f"PASS: every cached run matches its cold run although {inject} fired {fired} "
+            "times: the verifier missed the fault"
+        )
+        return VerifyOutcome(cells, 0)
     echo("PASS: every cached run matches its cold run")
     return VerifyOutcome(cells, 0)

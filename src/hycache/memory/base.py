@@ -9,7 +9,7 @@ Components never own memory; they ask a store for ids and give them back:
 
 Accounting-only stores (the simulator) just count; tensor-backed stores (the engine) map the
 same ids to tensors. Every store must keep ``free + cached + in_use == total`` and never hand
-out more bytes than its budget; ``check_integrity()`` asserts that.
+out more bytes than its budget; ``check_integrity()`` checks that (raising IntegrityError).
 """
 
 from __future__ import annotations

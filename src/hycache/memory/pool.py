@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hycache.errors import CapacityError
+from hycache.errors import CapacityError, IntegrityError
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class UnitCost:
     data: int
 
     def __post_init__(self) -> None:
-        assert 0 < self.data <= self.charged, self
+        if not (0 < self.data <= self.charged):
+            raise IntegrityError(f"a unit cost must hold 0 < data <= charged: {self}")
 
 
 class _IdSpace:
@@ -62,7 +63,8 @@ class _IdSpace:
         if self.track:
             self.free.extend(ids)
         self.live -= len(ids)
-        assert self.live >= 0
+        if not (self.live >= 0):
+            raise IntegrityError("broken invariant: self.live >= 0")
 
 
 class MemoryPool:
@@ -79,7 +81,8 @@ class MemoryPool:
         track_ids: bool = True,
     ) -> None:
         for kind, cost in costs.items():
-            assert cost.resource in budgets, f"{kind} charged to unknown resource"
+            if cost.resource not in budgets:
+                raise IntegrityError(f"{kind} charged to unknown resource")
         self.layout = layout
         self.budgets = dict(budgets)
         self.costs = dict(costs)
@@ -142,7 +145,8 @@ class MemoryPool:
     # ------------------------------------------------------------------ mutation
     def alloc(self, kind: str, count: int) -> Sequence[int]:
         """Take ``count`` units of ``kind``; CapacityError (nothing taken) if they do not fit."""
-        assert count >= 0
+        if not (count >= 0):
+            raise IntegrityError("broken invariant: count >= 0")
         cost = self.costs[kind]
         need = count * cost.charged
         if need > self.free_bytes(cost.resource):
@@ -161,7 +165,10 @@ class MemoryPool:
         self.used[cost.resource] -= len(ids) * cost.charged
         self.units[kind] -= len(ids)
         self._ids[kind].give(ids)
-        assert self.used[cost.resource] >= 0 and self.units[kind] >= 0
+        if not (self.used[cost.resource] >= 0 and self.units[kind] >= 0):
+            raise IntegrityError(
+                "broken invariant: self.used[cost.resource] >= 0 and self.units[kind] >= 0"
+            )
 
     def page_store(self, kind: str) -> PoolPageStore:
         return PoolPageStore(self, kind)
@@ -170,18 +177,23 @@ class MemoryPool:
         return PoolSlotStore(self, kind)
 
     def check_integrity(self) -> None:
-        """Assert conservation and budgets (free + used == budget, used <= budget)."""
+        """Check conservation and budgets (free + used == budget, used <= budget)."""
         charged = dict.fromkeys(self.budgets, 0)
         for kind, n in self.units.items():
             charged[self.costs[kind].resource] += n * self.costs[kind].charged
             ids = self._ids[kind]
-            assert ids.live == n, f"{kind}: {ids.live} live ids for {n} units"
-            assert not ids.track or ids.live + len(ids.free) == ids.next, f"{kind}: ids leaked"
+            if not (ids.live == n):
+                raise IntegrityError(f"{kind}: {ids.live} live ids for {n} units")
+            if not (not ids.track or ids.live + len(ids.free) == ids.next):
+                raise IntegrityError(f"{kind}: ids leaked")
         for resource, budget in self.budgets.items():
             used = self.used[resource]
-            assert charged[resource] == used, f"{resource}: charged {charged[resource]} != {used}"
-            assert 0 <= used <= budget, f"{resource}: {used} B used of {budget} B"
-            assert self.free_bytes(resource) + used == budget
+            if not (charged[resource] == used):
+                raise IntegrityError(f"{resource}: charged {charged[resource]} != {used}")
+            if not (0 <= used <= budget):
+                raise IntegrityError(f"{resource}: {used} B used of {budget} B")
+            if not (self.free_bytes(resource) + used == budget):
+                raise IntegrityError("broken invariant: self.free_bytes(resource) + used == budget")
 
     def describe(self) -> str:
         parts = [f"{r}={self.used[r]}/{self.budgets[r]}B" for r in self.budgets]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hycache.errors import IntegrityError
+
 
 class UnboundedStore:
     """Page and slot ids without a budget (unlimited-capacity simulation, tests, benchmarks).
@@ -18,7 +20,8 @@ class UnboundedStore:
         self._slots_in_use = 0
 
     def alloc_pages(self, count: int) -> range:
-        assert count >= 0
+        if not (count >= 0):
+            raise IntegrityError("broken invariant: count >= 0")
         first = self._next_page
         self._next_page += count
         self._pages_in_use += count
@@ -26,7 +29,8 @@ class UnboundedStore:
 
     def free_pages(self, pages: Sequence[int]) -> None:
         self._pages_in_use -= len(pages)
-        assert self._pages_in_use >= 0, "freed more pages than were allocated"
+        if not (self._pages_in_use >= 0):
+            raise IntegrityError("freed more pages than were allocated")
 
     @property
     def pages_in_use(self) -> int:
@@ -39,14 +43,18 @@ class UnboundedStore:
         return slot
 
     def free_slot(self, slot: int) -> None:
-        assert 0 <= slot < self._next_slot
+        if not (0 <= slot < self._next_slot):
+            raise IntegrityError("broken invariant: 0 <= slot < self._next_slot")
         self._slots_in_use -= 1
-        assert self._slots_in_use >= 0, "freed more slots than were allocated"
+        if not (self._slots_in_use >= 0):
+            raise IntegrityError("freed more slots than were allocated")
 
     @property
     def slots_in_use(self) -> int:
         return self._slots_in_use
 
     def check_integrity(self) -> None:
-        assert 0 <= self._pages_in_use <= self._next_page
-        assert 0 <= self._slots_in_use <= self._next_slot
+        if not (0 <= self._pages_in_use <= self._next_page):
+            raise IntegrityError("broken invariant: 0 <= self._pages_in_use <= self._next_page")
+        if not (0 <= self._slots_in_use <= self._next_slot):
+            raise IntegrityError("broken invariant: 0 <= self._slots_in_use <= self._next_slot")

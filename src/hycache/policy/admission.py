@@ -6,13 +6,33 @@ a second sighting of the prefix (vLLM's shared-prefix boundary hits from the thi
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 
-from hycache.policy.base import AdmissionPolicy
+from hycache.errors import ConfigError
+
+
+class AdmissionPolicy(ABC):
+    """Decides, at finish, whether a checkpoint is stored. May remember what it has seen."""
+
+    #: whether ``admit`` looks at ``sighting`` (else the cache passes b"" and skips hashing)
+    uses_sightings: bool = True
+    #: keep at most this many states on one root-to-leaf path, the deepest (SGLang's cap;
+    #: None: no cap)
+    max_states_per_path: int | None = None
+
+    @abstractmethod
+    def admit(self, sighting: bytes, reason: str) -> bool:
+        """``sighting``: a digest of (namespace, prefix up to the checkpoint)."""
 
 
 class AlwaysAdmit(AdmissionPolicy):
     uses_sightings = False
+
+    def __init__(self, *, max_states_per_path: int | None = None) -> None:
+        if max_states_per_path is not None and max_states_per_path < 1:
+            raise ConfigError(f"max_states_per_path must be >= 1, got {max_states_per_path}")
+        self.max_states_per_path = max_states_per_path
 
     def admit(self, sighting: bytes, reason: str) -> bool:
         return True

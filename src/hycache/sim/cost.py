@@ -74,9 +74,10 @@ class CostModel:
     """FLOPs, bytes and time of engine steps for ``spec`` on ``hw`` (see the module docstring).
 
     ``hw``: a Hardware or a built-in profile name. ``moe``: the model's MoE shape; ``"auto"``
-    (default) takes ``NAMED_MOE`` when ``spec`` is the built-in spec of that name, else treats
-    the model as dense; None forces dense. ``weight_bytes_per_param``: defaults to the
-    attention KV dtype's size (the model dtype), 2 without attention layers.
+    (default) takes the spec's own (``spec.moe``, None for a dense model), so a spec from a
+    config.json and the built-in spec of that model cost the same; None forces dense.
+    ``weight_bytes_per_param``: defaults to the attention KV dtype's size (the model dtype), 2
+    without attention layers.
     """
 
     def __init__(
@@ -91,10 +92,7 @@ class CostModel:
         self.spec = spec
         self.hw = hardware(hw) if isinstance(hw, str) else hw
         if moe == "auto":
-            from hycache.spec.model import NAMED_SPECS
-
-            named = NAMED_SPECS.get(spec.name)
-            moe = NAMED_MOE.get(spec.name) if named == spec else None
+            moe = spec.moe
         self.moe: MoEShape | None = moe
         self.params = estimate_params(spec, moe, tied_embeddings=tied_embeddings)
         if weight_bytes_per_param is None:

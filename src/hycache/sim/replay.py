@@ -44,8 +44,9 @@ Tick = Callable[[], None]
 
 
 def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
-    kv, state = cache.occupancy()
-    rec.sample(now, kv, state, cache.pool.used_bytes, cache.pool.budget_bytes)
+    usage = cache.usage()
+    kv, state = usage.kv_bytes, usage.state_bytes
+    rec.sample(now, kv, state, usage.used_bytes, usage.budget_bytes)
     if keep:
         rec.timeline.append((now, kv, state))
 
@@ -92,8 +93,7 @@ def _reject(cache: HybridPrefixCache, rec: Recorder, request: Request) -> None:
     caller records its TTFT."""
     rec.rejected += 1
     rec.prefill_flops += cache.spec.prefill_flops(0, request.prompt_len)
-    cache.counters.requests += 1
-    cache.counters.prompt_tokens += request.prompt_len
+    cache.note_uncached_request(request.prompt_len)
 
 
 def _serve_alone(
@@ -103,7 +103,7 @@ def _serve_alone(
     every byte of the instance), prefill in token-budget chunks then its decode steps.
     Returns the time it finishes; its TTFT counts the wait for the batch to drain."""
     _reject(cache, rec, request)
-    budget = cache.default_token_budget or 8192
+    budget = cache.config.token_budget or 8192
     done = 0
     while done < request.prompt_len:
         chunk = min(budget, request.prompt_len - done)

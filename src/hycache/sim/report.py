@@ -56,6 +56,17 @@ def table(results: Mapping[str, PolicyResult]) -> str:
     return "\n".join(lines)
 
 
+def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
+    """One line per policy that served requests uncached because no cache of this capacity
+    could ever hold them (``PolicyResult.rejected``); empty when none did."""
+    return [
+        f"{name}: {r.rejected} of {r.requests} requests never fit this capacity and ran "
+        "uncached (counted as misses)"
+        for name, r in results.items()
+        if r.rejected
+    ]
+
+
 def _svg_lines(
     title: str,
     series: Mapping[str, Sequence[tuple[float, float]]],
@@ -170,6 +181,7 @@ def render_html(
         body.append(
             f"<h2>capacity {c / 1e9:.2f} GB</h2><pre>{html.escape(table(by_capacity[c]))}</pre>"
         )
+        body += [f"<p>{html.escape(n)}</p>" for n in rejected_notes(by_capacity[c])]
     style = "body{font-family:sans-serif;max-width:1320px;margin:2em auto}svg{margin:0.5em}"
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

@@ -134,7 +134,7 @@ def run_policy(
                 reject_oversized=True,
                 session_idle_s=config.session_idle_s,
             )
-            return float(cache.counters.reused_tokens)
+            return float(cache.stats().reused_tokens)
 
         chosen, _ = tune_knobs(replay)
         extra.update(chosen)
@@ -152,7 +152,7 @@ def run_policy(
                 reject_oversized=config.reject_oversized,
                 session_idle_s=config.session_idle_s,
             )
-        budget = cache.default_token_budget or config.token_budget
+        budget = cache.config.token_budget or config.token_budget
         return replay_engine(
             cache,
             source(),

@@ -14,18 +14,21 @@ FLOPs count a multiply-add as 2. Every FLOP formula here is a sum over the new t
 so ``prefill_flops(0, a) + prefill_flops(a, b) == prefill_flops(0, a + b)``: the compute a cache hit
 of length ``p`` saves is exactly ``prefill_flops(0, p)``.
 
-``ModelSpec.from_hf_config`` (in ``hycache.spec.hf.parse``) builds a spec from a HF ``config.json``;
-``ModelSpec.named`` / ``NAMED_SPECS`` (in ``hycache.spec.named``) hold built-in specs.
+``ModelSpec.from_hf_config`` builds a spec from a HF ``config.json`` and ``ModelSpec.named`` /
+``NAMED_SPECS`` hold the built-in specs. Both turn the ``SpecFields`` that
+``hycache.spec.hf.parse`` and ``hycache.spec.named`` produce into specs; neither of those imports
+this module, so ``hycache.spec`` has no import cycle and no registry to fill.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from hycache.errors import SpecError
+from hycache.spec.fields import SpecFields
 from hycache.spec.groups import (
     CONV_FLOPS_PER_ELEMENT,
     DTYPE_BYTES,
@@ -39,6 +42,9 @@ from hycache.spec.groups import (
     canonical_dtype,
     dtype_bytes,
 )
+from hycache.spec.hf.parse import parse_hf_config
+from hycache.spec.moe import MoEShape
+from hycache.spec.named import named_spec_fields
 
 # the groups are part of the spec's interface
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "STATE_FLOPS_PER_ELEMENT",
     "FullAttentionGroup",
     "LayerGroup",
+    "MoEShape",
     "ModelSpec",
     "RecurrentGroup",
     "SlidingWindowGroup",
@@ -64,6 +71,8 @@ class ModelSpec:
     ``groups`` holds at most one group per kind; no group has more layers than ``num_layers``
     (decoder layers). ``active_mlp_params_per_token``: MLP / MoE parameters one token goes
     through, summed over all layers (routed top-k experts, shared experts and routers).
+    ``moe``: the routed-expert shape of a MoE model (None for a dense one); its routed
+    parameters per token are part of ``active_mlp_params_per_token``.
     """
 
     name: str
@@ -72,6 +81,7 @@ class ModelSpec:
     vocab_size: int
     active_mlp_params_per_token: int
     num_layers: int
+    moe: MoEShape | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", tuple(self.groups))
@@ -102,6 +112,15 @@ class ModelSpec:
                 raise SpecError(
                     f"{owner}: {g.kind} group has {g.layers} layers > num_layers {self.num_layers}",
                     field="groups",
+                )
+        if self.moe is not None:
+            if not isinstance(self.moe, MoEShape):
+                raise SpecError(f"{owner}: 'moe' must be a MoEShape or None", field="moe")
+            if self.moe.routed_params_per_token > self.active_mlp_params_per_token:
+                raise SpecError(
+                    f"{owner}: MoE routed params per token {self.moe.routed_params_per_token:,} "
+                    f"exceed active_mlp_params_per_token {self.active_mlp_params_per_token:,}",
+                    field="moe",
                 )
 
     @property
@@ -157,6 +176,19 @@ class ModelSpec:
         return rec.state_bytes_per_layer // attn.kv_bytes_per_token_per_layer
 
     @classmethod
+    def from_fields(cls, fields: SpecFields) -> ModelSpec:
+        """The spec of ``fields`` (validated; ``layer_kinds`` is not kept)."""
+        return cls(
+            name=fields.name,
+            groups=fields.groups,
+            hidden_size=fields.hidden_size,
+            vocab_size=fields.vocab_size,
+            active_mlp_params_per_token=fields.active_mlp_params_per_token,
+            num_layers=fields.num_layers,
+            moe=fields.moe,
+        )
+
+    @classmethod
     def from_hf_config(
         cls,
         source: str | os.PathLike[str] | Mapping[str, object],
@@ -168,12 +200,14 @@ class ModelSpec:
     ) -> ModelSpec:
         """Build a spec from a HF config: a ``config.json`` path, its directory, or a dict.
 
-        See ``hycache.spec.hf.parse.parse_hf_config`` for the supported model types and dtype rules.
+        ``dtype`` overrides the config's model dtype (required when the config has none and its
+        family has no default). See ``hycache.spec.hf.parse`` for the supported model types and
+        the dtype rules. SpecError naming the file and field for a config it cannot use.
         """
-        from hycache.spec.hf.parse import parse_hf_config
-
-        return parse_hf_config(
-            source, name=name, dtype=dtype, state_dtype=state_dtype, conv_dtype=conv_dtype
+        return cls.from_fields(
+            parse_hf_config(
+                source, name=name, dtype=dtype, state_dtype=state_dtype, conv_dtype=conv_dtype
+            )
         )
 
     @classmethod
@@ -186,32 +220,10 @@ class ModelSpec:
             raise SpecError(f"unknown model spec {name!r} (known: {known})", field="name") from None
 
 
-class _NamedSpecs(Mapping[str, ModelSpec]):
-    """Read-only mapping of the built-in specs, built from ``hycache.spec.named`` on first use
-    (that module imports this one, so it cannot be imported at module load)."""
-
-    def __init__(self) -> None:
-        self._specs: Mapping[str, ModelSpec] | None = None
-
-    def _load(self) -> Mapping[str, ModelSpec]:
-        if self._specs is None:
-            from hycache.spec.named import build_named_specs
-
-            self._specs = MappingProxyType(build_named_specs())
-        return self._specs
-
-    def __getitem__(self, key: str) -> ModelSpec:
-        return self._load()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._load())
-
-    def __len__(self) -> int:
-        return len(self._load())
-
-
-NAMED_SPECS: Mapping[str, ModelSpec] = _NamedSpecs()
-"""Built-in specs by name (see ``hycache.spec.named``)."""
+NAMED_SPECS: Mapping[str, ModelSpec] = MappingProxyType(
+    {name: ModelSpec.from_fields(fields) for name, fields in named_spec_fields().items()}
+)
+"""Built-in specs by name (read-only; see ``hycache.spec.named``)."""
 
 
 def load_spec(name_or_path: str | os.PathLike[str]) -> ModelSpec:

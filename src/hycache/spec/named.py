@@ -1,17 +1,21 @@
-"""Built-in model specs (``ModelSpec.named``, ``NAMED_SPECS``).
+"""The fields of the built-in model specs (``ModelSpec.named``, ``NAMED_SPECS``).
 
 The HF models are built by ``parse_hf_config`` from the cache-relevant fields of their published
 ``config.json`` (copied below, field names and values as published), so the built-in specs and
-``from_hf_config`` on the real file agree. ``marconi-7b`` is the 7B Mamba2 hybrid of the Marconi
-paper (MLSys 2025), which has no HF config; it uses that paper's own byte accounting.
+``from_hf_config`` on the real file agree (tests/spec/test_configs.py compares them with the
+files under data/configs/ where those are committed). ``marconi-7b`` is the 7B Mamba2 hybrid
+of the Marconi paper (MLSys 2025), which has no HF config; it uses that paper's own byte
+accounting. This module returns ``SpecFields`` and does not import ``hycache.spec.model``,
+which turns them into specs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hycache.spec.fields import SpecFields
+from hycache.spec.groups import FullAttentionGroup, RecurrentGroup
 from hycache.spec.hf.parse import parse_hf_config
-from hycache.spec.model import FullAttentionGroup, ModelSpec, RecurrentGroup
 
 QWEN3_NEXT_80B_A3B: Mapping[str, object] = {
     "_name_or_path": "Qwen/Qwen3-Next-80B-A3B-Instruct",
@@ -149,7 +153,7 @@ HF_CONFIGS: Mapping[str, Mapping[str, object]] = {
 """Published config.json fields of the built-in HF models, by spec name."""
 
 
-def marconi_7b() -> ModelSpec:
+def marconi_7b() -> SpecFields:
     """Marconi's 7B hybrid: 24 Mamba2 + 4 attention + 28 MLP layers, d=4096, N=128, fp16, MHA.
 
     Per Mamba2 layer (the paper's accounting): SSM state ``d * N * 2`` = 1,048,576 B and conv
@@ -160,7 +164,7 @@ def marconi_7b() -> ModelSpec:
     """
     d, n = 4096, 128
     inner = 2 * d
-    return ModelSpec(
+    return SpecFields(
         name="marconi-7b",
         groups=(
             FullAttentionGroup(layers=4, q_heads=32, kv_heads=32, head_dim=128, dtype_bytes=2),
@@ -182,8 +186,8 @@ def marconi_7b() -> ModelSpec:
     )
 
 
-def build_named_specs() -> dict[str, ModelSpec]:
-    """Every built-in spec by name (fresh objects; ``NAMED_SPECS`` caches one set)."""
+def named_spec_fields() -> dict[str, SpecFields]:
+    """The fields of every built-in spec, by name (fresh objects)."""
     specs = {name: parse_hf_config(cfg, name=name) for name, cfg in HF_CONFIGS.items()}
     specs["marconi-7b"] = marconi_7b()
     return specs

@@ -25,10 +25,12 @@ TokenInput = Sequence[int]
 def encode_tokens(tokens: TokenInput) -> TokenKey:
     """``tokens`` as a key; ``bytes`` pass through unchanged (no copy)."""
     if isinstance(tokens, bytes):
-        assert len(tokens) % TOKEN_BYTES == 0, "a token key must hold whole int64 ids"
+        if len(tokens) % TOKEN_BYTES:
+            raise CacheUsageError("a token key must hold whole int64 ids")
         return tokens
     if isinstance(tokens, array):
-        assert tokens.itemsize == TOKEN_BYTES
+        if tokens.itemsize != TOKEN_BYTES:
+            raise CacheUsageError("an array of token ids must hold int64 ids")
         return tokens.tobytes()
     # struct packs a list about 3x faster than array("q", ...) does
     try:

@@ -4,7 +4,7 @@ reused. Pure apart from what it learns."""
 
 from __future__ import annotations
 
-from hycache.policy.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
+from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
 
 REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval")

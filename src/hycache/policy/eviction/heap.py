@@ -1,4 +1,4 @@
-"""Heap-based eviction: vLLM's global LRU, SGLang's per-component LRU, hycache's GDSF.
+"""Heap-based eviction, the base of the LRU, GDSF and value policies.
 
 Every cached entry is a (node, component) pair. A policy gives each entry a *key*; the entry
 with the smallest key goes first. Keys live in one lazy min-heap per pool resource: updating a
@@ -14,15 +14,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import KeysView
-from typing import TYPE_CHECKING
 
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
-from hycache.policy.base import EvictionPolicy
+from hycache.policy.eviction.base import EvictionContext, EvictionPolicy
 from hycache.tree.node import Node
-
-if TYPE_CHECKING:
-    from hycache.cache.facade import HybridPrefixCache
 
 Key = tuple[float, ...]
 Entry = tuple[Key, int, Node, int]
@@ -38,8 +34,9 @@ class HeapEviction(EvictionPolicy):
     #: recurrent entries; attention KV entries on the path are always refreshed.
     refresh_state_path: bool = True
 
-    def __init__(self, *, session_aware: bool = False) -> None:
+    def __init__(self, *, session_aware: bool = False, pins_published_state: bool = True) -> None:
         self.session_aware = session_aware
+        self.pins_published_state = pins_published_state
         self._heaps: dict[str, list[Entry]] = {}
         self._current: dict[tuple[Node, int], Key] = {}
         self._stash: list[tuple[str, Entry]] = []
@@ -47,9 +44,9 @@ class HeapEviction(EvictionPolicy):
         self._entries = 0  # heap entries pushed since the last compaction, plus those kept
         self._kept = 0  # live entries kept by the last compaction
 
-    def attach(self, cache: HybridPrefixCache) -> None:
-        super().attach(cache)
-        self._resource = {c.slot: cache.pool.resource_of(c.kind) for c in cache.tree.components}
+    def attach(self, context: EvictionContext) -> None:
+        super().attach(context)
+        self._resource = {c.slot: context.resource_of(c.kind) for c in context.tree.components}
 
     # ------------------------------------------------------------------ keys
     def key(self, node: Node, component: Component) -> Key:
@@ -58,7 +55,7 @@ class HeapEviction(EvictionPolicy):
     def _full_key(self, node: Node, component: Component) -> Key:
         base = self.key(node, component)
         if self.session_aware:
-            return (1.0 if self.cache.is_live(node) else 0.0, *base)
+            return (1.0 if self.context.is_live(node) else 0.0, *base)
         return base
 
     def _push(self, node: Node, component: Component) -> None:
@@ -75,7 +72,7 @@ class HeapEviction(EvictionPolicy):
         pruned or removed with their data, states dropped by a cap): without this the heaps
         and the per-entry dicts grow with every request ever served and keep dead nodes,
         with their token keys, alive. Amortised O(1) per push."""
-        components = self.cache.tree.components
+        components = self.context.tree.components
         live = {
             ident: key
             for ident, key in self._current.items()
@@ -106,7 +103,7 @@ class HeapEviction(EvictionPolicy):
 
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         for node in path:
-            for component in self.cache.tree.components:
+            for component in self.context.tree.components:
                 if not component.has(node):
                     continue
                 if isinstance(component, RecurrentComponent) and not (
@@ -123,8 +120,8 @@ class HeapEviction(EvictionPolicy):
         if not self.session_aware:
             return
         for node in nodes:
-            live = 1.0 if self.cache.is_live(node) else 0.0
-            for component in self.cache.tree.components:
+            live = 1.0 if self.context.is_live(node) else 0.0
+            for component in self.context.tree.components:
                 ident = (node, component.slot)
                 key = self._current.get(ident)
                 if key is None or key[0] == live:
@@ -142,7 +139,7 @@ class HeapEviction(EvictionPolicy):
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         heap = self._heaps.get(resource)
-        components = self.cache.tree.components
+        components = self.context.tree.components
         while heap:
             entry = heapq.heappop(heap)
             key, _, node, slot = entry
@@ -154,7 +151,7 @@ class HeapEviction(EvictionPolicy):
             if node.parent is None or not component.has(node):
                 del self._current[ident]
                 continue
-            live = self.cache.is_live(node) if self.session_aware else False
+            live = self.context.is_live(node) if self.session_aware else False
             if self.session_aware and (key[0] == 1.0) != live:
                 # liveness changed: re-file with the same base key (re-computing it would
                 # count as a fresh access: GDSF's aging clock has moved on since)
@@ -176,67 +173,3 @@ class HeapEviction(EvictionPolicy):
         for resource, entry in self._stash:
             heapq.heappush(self._heaps[resource], entry)
         self._stash.clear()
-
-
-class LRUEviction(HeapEviction):
-    """Least recently used first; ties go tail-first (deeper entries first), as vLLM's free
-    queue frees a request's blocks in reverse order. ``refresh_state_path=False`` gives
-    SGLang's per-component LRU, which refreshes only the state actually used."""
-
-    def __init__(self, *, refresh_state_path: bool = True, session_aware: bool = False) -> None:
-        super().__init__(session_aware=session_aware)
-        self.refresh_state_path = refresh_state_path
-        self._stamp: dict[tuple[Node, int], int] = {}
-
-    def touch(self, node: Node, component: Component) -> None:
-        self._stamp[(node, component.slot)] = self.cache.clock
-
-    def on_insert(self, node: Node, component: Component) -> None:
-        self.touch(node, component)
-        super().on_insert(node, component)
-
-    def key(self, node: Node, component: Component) -> Key:
-        stamp = self._stamp.get((node, component.slot), 0)
-        return (float(stamp), float(-node.end))
-
-    def evicted(self, node: Node, component: Component, key: Key) -> None:
-        self._stamp.pop((node, component.slot), None)
-
-    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
-        self._stamp = {ident: t for ident, t in self._stamp.items() if ident in live}
-
-
-class GDSFEviction(HeapEviction):
-    """GreedyDual-Size-Frequency: key = L + frequency * cost / size, where cost is the prefill
-    compute the entry saves (the edge's tokens for KV; for a state, the tokens back to the
-    previous state on the path), size its bytes, and L the key of the last victim (aging)."""
-
-    def __init__(self, *, session_aware: bool = False, use_frequency: bool = True) -> None:
-        super().__init__(session_aware=session_aware)
-        self.use_frequency = use_frequency
-        self._clock = 0.0
-        self._freq: dict[tuple[Node, int], int] = {}
-
-    def touch(self, node: Node, component: Component) -> None:
-        if self.use_frequency:
-            ident = (node, component.slot)
-            self._freq[ident] = self._freq.get(ident, 1) + 1
-
-    def key(self, node: Node, component: Component) -> Key:
-        cache = self.cache
-        size = component.bytes_on(node)
-        if isinstance(component, RecurrentComponent):
-            above = component.holder_above(node)
-            previous = 0 if above is None else above.end
-            cost = cache.spec.prefill_flops(previous, node.end - previous)
-        else:
-            cost = cache.spec.prefill_flops(node.start, node.length)
-        frequency = self._freq.get((node, component.slot), 1)
-        return (self._clock + frequency * cost / max(size, 1),)
-
-    def evicted(self, node: Node, component: Component, key: Key) -> None:
-        self._clock = max(self._clock, key[-1])
-        self._freq.pop((node, component.slot), None)
-
-    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
-        self._freq = {ident: n for ident, n in self._freq.items() if ident in live}

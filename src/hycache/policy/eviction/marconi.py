@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
-from hycache.policy.base import EvictionPolicy
+from hycache.errors import IntegrityError
+from hycache.policy.eviction.base import EvictionPolicy
 from hycache.tree.node import Node
 
 ALPHA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(21))
@@ -41,30 +42,30 @@ class MarconiEviction(EvictionPolicy):
         return node.lock_ref > 0
 
     def on_insert(self, node: Node, component: Component) -> None:
-        self._stamp[node] = self.cache.clock
+        self._stamp[node] = self.context.clock
 
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         if path:
-            self._stamp[path[-1]] = self.cache.clock
+            self._stamp[path[-1]] = self.context.clock
 
     def _flops(self, start: int, length: int) -> float:
         key = (start, length)
         flops = self._flops_memo.get(key)
         if flops is None:
-            flops = self.cache.spec.prefill_flops(start, length)
+            flops = self.context.prefill_flops(start, length)
             self._flops_memo[key] = flops
         return flops
 
     def _rank(self, resource: str) -> list[tuple[Node, Component]]:
         """Every candidate that frees ``resource``, lowest utility first. One pass over the
         tree (the hot loop of this policy: kept free of per-node method calls)."""
-        cache = self.cache
+        cache = self.context
         recurrent = cache.recurrent
         rec_slot = -1 if recurrent is None else recurrent.slot
         rec_bytes = 0 if recurrent is None else recurrent.bytes_per_state
         kv = [(c, c.slot, c.bytes_per_page) for c in cache.kv_components]
-        kv_frees = {c.slot: cache.pool.resource_of(c.kind) == resource for c in cache.kv_components}
-        rec_frees = recurrent is not None and cache.pool.resource_of(recurrent.kind) == resource
+        kv_frees = {c.slot: cache.resource_of(c.kind) == resource for c in cache.kv_components}
+        rec_frees = recurrent is not None and cache.resource_of(recurrent.kind) == resource
         stamp, flops = self._stamp, self._flops
         nodes: list[Node] = []
         victims: list[Component] = []
@@ -93,7 +94,8 @@ class MarconiEviction(EvictionPolicy):
             if victim is None:
                 if not has_state:
                     continue
-                assert recurrent is not None
+                if not (recurrent is not None):
+                    raise IntegrityError("broken invariant: recurrent is not None")
                 victim = recurrent
             if not frees:
                 continue

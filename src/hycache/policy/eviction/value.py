@@ -30,15 +30,13 @@ time.
 from __future__ import annotations
 
 from collections.abc import KeysView
-from typing import TYPE_CHECKING
 
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
+from hycache.errors import IntegrityError
+from hycache.policy.eviction.base import EvictionContext
 from hycache.policy.eviction.heap import HeapEviction, Key
 from hycache.tree.node import Node
-
-if TYPE_CHECKING:
-    from hycache.cache.facade import HybridPrefixCache
 
 #: how far down a chain ``superseded`` looks, and how many descendants a re-key visits
 WALK_LIMIT = 64
@@ -59,8 +57,9 @@ class ValueEviction(HeapEviction):
         exponent: float = 0.5,
         aging_horizon: int = 1600,
         learn_superseded: bool = True,
+        pins_published_state: bool = True,
     ) -> None:
-        super().__init__(session_aware=session_aware)
+        super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
         self.superseded_weight = superseded_weight
         self.dead_weight = dead_weight
@@ -75,19 +74,23 @@ class ValueEviction(HeapEviction):
         self._born: dict[tuple[Node, int], float] = {}  # aging clock at the last access
         self._dirty: list[Node] = []
 
-    def attach(self, cache: HybridPrefixCache) -> None:
-        super().attach(cache)
-        self._state = cache.recurrent
-        self._kv_per_token = sum(c.bytes_per_page for c in cache.kv_components) / cache.page_size
+    def attach(self, context: EvictionContext) -> None:
+        super().attach(context)
+        self._state = context.recurrent
+        self._kv_per_token = (
+            sum(c.bytes_per_page for c in context.kv_components) / context.page_size
+        )
 
     # ------------------------------------------------------------------ values
     def _holder_above(self, node: Node) -> Node | None:
-        assert self._state is not None
+        if not (self._state is not None):
+            raise IntegrityError("broken invariant: self._state is not None")
         return self._state.holder_above(node)
 
     def _superseded(self, node: Node) -> bool:
         state = self._state
-        assert state is not None
+        if not (state is not None):
+            raise IntegrityError("broken invariant: state is not None")
         below = node
         for _ in range(WALK_LIMIT):
             if len(below.children) != 1:
@@ -99,10 +102,11 @@ class ValueEviction(HeapEviction):
 
     def _state_value(self, node: Node) -> float:
         state = self._state
-        assert state is not None
+        if not (state is not None):
+            raise IntegrityError("broken invariant: state is not None")
         above = self._holder_above(node)
         fallback = 0 if above is None else above.end
-        saved = self.cache.spec.prefill_flops(fallback, node.end - fallback)
+        saved = self.context.prefill_flops(fallback, node.end - fallback)
         size = state.bytes_per_state + self._kv_per_token * (node.end - fallback)
         if len(node.children) > 1:
             weight = float(len(node.children))  # the fallback of every continuation below
@@ -111,7 +115,7 @@ class ValueEviction(HeapEviction):
         else:
             weight = 1.0
         if self.by_reason:
-            weight *= self.cache.state_reuse_rate(node)
+            weight *= self.context.state_reuse_rate(node)
         density: float = (saved / size) ** self.exponent
         return weight * density
 
@@ -128,7 +132,7 @@ class ValueEviction(HeapEviction):
         state = self._state
         if state is not None and (isinstance(component, RecurrentComponent) or state.has(node)):
             return self._state_value(node)  # a state, or KV on the node holding it
-        saved = self.cache.spec.prefill_flops(node.start, node.length)
+        saved = self.context.prefill_flops(node.start, node.length)
         value: float = (saved / max(component.bytes_on(node), 1)) ** self.exponent
         if state is not None and not node.children:
             value *= self.dead_weight  # a leaf no request can resume inside
@@ -140,7 +144,7 @@ class ValueEviction(HeapEviction):
         touched for that long has lost one typical value over the entries touched now."""
         if not self.aging_horizon:
             return self._clock
-        return self._clock + self._typical * self.cache.clock / self.aging_horizon
+        return self._clock + self._typical * self.context.clock / self.aging_horizon
 
     def key(self, node: Node, component: Component) -> Key:
         value = self._value(node, component)
@@ -199,14 +203,14 @@ class ValueEviction(HeapEviction):
             return True
         if not (node.lock_ref > 0 and isinstance(component, RecurrentComponent)):
             return False
-        if not self.cache.tree.locks_passing(node):
+        if not self.context.tree.locks_passing(node):
             return False  # locks only end here: KV-only locks (nobody will read this state)
         if len(node.children) > 1:
             return True  # a branch point: the fallback of every continuation below
         if (
-            self.cache.state_reason(node) == "tail"
+            self.context.state_reason(node) == "tail"
             and not (node.hits or self._guesses_are_cheap())
-            and not self.cache.passed_by_others(node)
+            and not self.context.passed_by_others(node)
         ):
             return False  # an unproven guess only its own request passes, and memory is dear
         return not self._superseded(node)
@@ -215,8 +219,9 @@ class ValueEviction(HeapEviction):
         """Whether pinning a speculative state costs little: a state is at most
         1/``CHEAP_GUESS_SHARE`` of the budget."""
         state = self._state
-        assert state is not None
-        return state.bytes_per_state * CHEAP_GUESS_SHARE <= self.cache.pool.budget_bytes
+        if not (state is not None):
+            raise IntegrityError("broken invariant: state is not None")
+        return state.bytes_per_state * CHEAP_GUESS_SHARE <= self.context.budget_bytes
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         self._settle()
@@ -235,7 +240,8 @@ class ValueEviction(HeapEviction):
         superseded or not any more), the nearest ones below (their fallback), and the node's
         own KV (a leaf's KV follows its state)."""
         state = self._state
-        assert state is not None
+        if not (state is not None):
+            raise IntegrityError("broken invariant: state is not None")
         above = self._holder_above(node)
         if above is not None:
             self._dirty.append(above)
@@ -256,7 +262,7 @@ class ValueEviction(HeapEviction):
         if not self._dirty:
             return
         dirty, self._dirty = self._dirty, []
-        components = self.cache.tree.components
+        components = self.context.tree.components
         for node in dict.fromkeys(dirty):
             if node.parent is None:
                 continue

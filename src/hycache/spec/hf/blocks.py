@@ -2,13 +2,17 @@
 
 GQA attention, its sliding-window twin, Mamba2 mixers and gated / MoE MLP parameter counts.
 Each reads its fields through ``_Cfg`` (so a missing or bad field raises SpecError naming it)
-and returns a layer group or a parameter count; none decides a model's layer layout.
+and returns a layer group, a parameter count or a ``_MoELayer``; none decides a model's layer
+layout.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from hycache.spec.groups import FullAttentionGroup, RecurrentGroup, SlidingWindowGroup, dtype_bytes
 from hycache.spec.hf.config import _Cfg, _Dtypes
-from hycache.spec.model import FullAttentionGroup, RecurrentGroup, SlidingWindowGroup, dtype_bytes
+from hycache.spec.moe import MoEShape
 
 
 def _gated_mlp(hidden: int, inter: int) -> int:
@@ -17,12 +21,21 @@ def _gated_mlp(hidden: int, inter: int) -> int:
 
 
 def _attention(
-    cfg: _Cfg, dt: _Dtypes, layers: int, *, gated_q: bool = False, derive_head_dim: bool = False
+    cfg: _Cfg,
+    dt: _Dtypes,
+    layers: int,
+    *,
+    gated_q: bool = False,
+    derive_head_dim: bool = False,
+    head_dim_keys: tuple[str, ...] = ("head_dim",),
 ) -> FullAttentionGroup:
-    """Standard GQA attention of ``layers`` layers (q/k/v/o projections, no biases counted)."""
+    """Standard GQA attention of ``layers`` layers (q/k/v/o projections, no biases counted).
+
+    The head dim is the first of ``head_dim_keys`` present, else (``derive_head_dim``)
+    ``hidden_size // num_attention_heads``."""
     hidden, q = cfg.get_int("hidden_size"), cfg.get_int("num_attention_heads")
     kv = cfg.get_int("num_key_value_heads")
-    head_dim = cfg.get_int("head_dim", default=hidden // q if derive_head_dim else None)
+    head_dim = cfg.get_int(head_dim_keys, default=hidden // q if derive_head_dim else None)
     q_out = q * head_dim * (2 if gated_q else 1)  # Qwen's q_proj also emits the output gate
     proj = hidden * (q_out + 2 * kv * head_dim) + q * head_dim * hidden
     return FullAttentionGroup(
@@ -77,7 +90,32 @@ def _mamba2(cfg: _Cfg, dt: _Dtypes, layers: int, *, nemotron: bool) -> Recurrent
     )
 
 
-def _moe(hidden: int, inter: int, top_k: int, experts: int, shared: int, *, gated: bool) -> int:
+@dataclass(frozen=True)
+class _MoELayer:
+    """One MoE layer: ``active`` parameters per token (router, ``top_k`` routed experts, shared
+    experts) and its routed part: ``experts`` of ``per_expert`` parameters each."""
+
+    active: int
+    experts: int
+    top_k: int
+    per_expert: int
+
+    def shape(self, moe_layers: int) -> MoEShape | None:
+        """The model's MoE shape when ``moe_layers`` layers are like this one (None if none)."""
+        if moe_layers == 0 or self.experts <= 1:
+            return None
+        return MoEShape(
+            experts=self.experts,
+            experts_per_token=self.top_k,
+            routed_params_per_token=moe_layers * self.top_k * self.per_expert,
+        )
+
+
+def _moe(
+    hidden: int, inter: int, top_k: int, experts: int, shared: int, *, gated: bool
+) -> _MoELayer:
     """Router plus ``top_k`` routed experts plus ``shared`` intermediate width of shared experts."""
     mats = 3 if gated else 2
-    return hidden * experts + mats * hidden * inter * top_k + mats * hidden * shared
+    per_expert = mats * hidden * inter
+    active = hidden * experts + top_k * per_expert + mats * hidden * shared
+    return _MoELayer(active=active, experts=experts, top_k=top_k, per_expert=per_expert)

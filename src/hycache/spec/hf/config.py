@@ -4,7 +4,8 @@ Holds ``_Cfg`` (field lookup with defaults, nested ``text_config`` and parent fa
 bad or missing field raises SpecError naming the config and the field), ``_load`` (a path, a
 directory or a dict to the config dict), ``_resolve_dtypes`` (model / state / conv dtypes, rules
 in ``hycache.spec.hf.parse``) and the two value types the per-family parsers share: ``_Dtypes`` and
-``_Parsed`` (a parser's groups, layer count and active MLP parameters per token). Pure stdlib.
+``_Parsed`` (a parser's groups, layer count, per-layer kinds, active MLP parameters per token and
+MoE shape). Pure stdlib.
 """
 
 from __future__ import annotations
@@ -16,7 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hycache.errors import SpecError
-from hycache.spec.model import LayerGroup, canonical_dtype, dtype_bytes
+from hycache.spec.fields import LayerKind
+from hycache.spec.groups import LayerGroup, canonical_dtype, dtype_bytes
+from hycache.spec.moe import MoEShape
+
+_DEFAULT_MODEL_DTYPE: Mapping[str, str] = {
+    # gpt-oss configs carry no torch_dtype; transformers' dtype="auto" then takes the dtype of
+    # the checkpoint's first floating-point tensor, bfloat16 in the published checkpoints (every
+    # tensor that is not MXFP4: attention, router, embeddings).
+    "gpt_oss": "bfloat16",
+}
+_DEFAULT_STATE_DTYPE: Mapping[str, str] = {
+    "nemotron_h": "float32",  # NemotronHConfig.mamba_ssm_cache_dtype default
+    "kimi_linear": "float32",  # vLLM keeps the KDA recurrent state in float32, any model dtype
+}
 
 
 class _Cfg:
@@ -126,8 +140,13 @@ class _Dtypes:
 @dataclass(frozen=True)
 class _Parsed:
     groups: tuple[LayerGroup, ...]
-    num_layers: int
+    layer_kinds: tuple[LayerKind, ...]
     active_mlp_params: int
+    moe: MoEShape | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_kinds)
 
 
 def _load(source: str | os.PathLike[str] | Mapping[str, object]) -> tuple[dict[str, object], str]:
@@ -151,19 +170,26 @@ def _load(source: str | os.PathLike[str] | Mapping[str, object]) -> tuple[dict[s
 def _resolve_dtypes(
     cfg: _Cfg, model_type: str, dtype: str | None, state: str | None, conv: str | None
 ) -> _Dtypes:
+    """Model, recurrent-state and conv dtypes (rules in ``hycache.spec.hf.parse``)."""
     if dtype is not None:
         model = canonical_dtype(dtype, field="dtype")
     else:
-        found = cfg.opt_str(("dtype", "torch_dtype"))
+        key, found = ("torch_dtype", cfg.opt_str(("dtype", "torch_dtype")))
         if found is None:
-            raise cfg.error("torch_dtype", "missing")
-        model = canonical_dtype(found, field="torch_dtype")
+            key, found = "dtype", _DEFAULT_MODEL_DTYPE.get(model_type)
+        if found is None:
+            raise SpecError(
+                f"{cfg.where}: missing field '{cfg.prefix}torch_dtype' (pass dtype= to choose the "
+                "model dtype)",
+                field="torch_dtype",
+            )
+        model = canonical_dtype(found, field=key)
     if state is not None:
         state_c = canonical_dtype(state, field="state_dtype")
     else:
         ssm = cfg.opt_str(("mamba_ssm_dtype", "mamba_ssm_cache_dtype"))
-        if ssm is None and model_type == "nemotron_h":
-            ssm = "float32"  # NemotronHConfig.mamba_ssm_cache_dtype default
+        if ssm is None:
+            ssm = _DEFAULT_STATE_DTYPE.get(model_type)
         state_c = canonical_dtype(ssm, field="mamba_ssm_dtype") if ssm is not None else model
-    conv_c = canonical_dtype(conv, field="conv_dtype") if conv is not None else state_c
+    conv_c = canonical_dtype(conv, field="conv_dtype") if conv is not None else model
     return _Dtypes(model=model, state=state_c, conv=conv_c)

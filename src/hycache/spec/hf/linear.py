@@ -2,14 +2,18 @@
 (qwen3_next, qwen3_5, qwen3_5_moe) and Kimi's KDA + MLA (kimi_linear).
 
 Each parser takes a ``_Cfg`` and the resolved ``_Dtypes`` and returns ``_Parsed`` (layer
-groups, layer count, active MLP parameters per token); a bad or missing field raises SpecError.
+groups, per-layer kinds, active MLP parameters per token, MoE shape); a bad or missing field
+raises SpecError.
 """
 
 from __future__ import annotations
 
+from hycache.spec.fields import LayerKind
+from hycache.spec.groups import FullAttentionGroup, LayerGroup, RecurrentGroup, dtype_bytes
 from hycache.spec.hf.blocks import _attention, _gated_mlp, _moe
 from hycache.spec.hf.config import _Cfg, _Dtypes, _Parsed
-from hycache.spec.model import FullAttentionGroup, LayerGroup, RecurrentGroup, dtype_bytes
+
+_KINDS: dict[str, LayerKind] = {"full_attention": "full", "linear_attention": "recurrent"}
 
 #: the chunk of FLA's chunked GDN / KDA prefill kernels (its intermediate states lie 64 apart)
 FLA_CHUNK = 64
@@ -51,27 +55,26 @@ def _qwen_gdn(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
                 kernel_chunk=FLA_CHUNK,
             )
         )
-    mlp = 0
-    if cfg.has("num_experts"):
-        moe = (
-            _moe(
-                hidden,
-                cfg.get_int("moe_intermediate_size"),
-                cfg.get_int("num_experts_per_tok"),
-                cfg.get_int("num_experts"),
-                cfg.get_int("shared_expert_intermediate_size"),
-                gated=True,
-            )
-            + hidden
-        )  # shared_expert_gate
-        dense_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
-        step = cfg.get_int("decoder_sparse_step", default=1)
-        for i in range(n):
-            sparse = i not in dense_only and (i + 1) % step == 0
-            mlp += moe if sparse else _gated_mlp(hidden, cfg.get_int("intermediate_size"))
-    else:
-        mlp = n * _gated_mlp(hidden, cfg.get_int("intermediate_size"))
-    return _Parsed(tuple(groups), n, mlp)
+    kinds = tuple(_KINDS[t] for t in types)
+    if not cfg.has("num_experts"):
+        dense = n * _gated_mlp(hidden, cfg.get_int("intermediate_size"))
+        return _Parsed(tuple(groups), kinds, dense)
+    moe = _moe(
+        hidden,
+        cfg.get_int("moe_intermediate_size"),
+        cfg.get_int("num_experts_per_tok"),
+        cfg.get_int("num_experts"),
+        cfg.get_int("shared_expert_intermediate_size"),
+        gated=True,
+    )
+    moe_active = moe.active + hidden  # shared_expert_gate
+    dense_only = set(cfg.int_list("mlp_only_layers")) if cfg.has("mlp_only_layers") else set()
+    step = cfg.get_int("decoder_sparse_step", default=1)
+    sparse = [i not in dense_only and (i + 1) % step == 0 for i in range(n)]
+    mlp = sum(
+        moe_active if s else _gated_mlp(hidden, cfg.get_int("intermediate_size")) for s in sparse
+    )
+    return _Parsed(tuple(groups), kinds, mlp, moe.shape(sum(sparse)))
 
 
 def _kimi_linear(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
@@ -167,7 +170,6 @@ def _kimi_groups(
         first_dense = cfg.get_int("first_k_dense_replace", default=1, minimum=0)
         freq = cfg.get_int("moe_layer_freq", default=1)
         mlp_types = ["sparse" if i >= first_dense and i % freq == 0 else "dense" for i in range(n)]
-    dense = _gated_mlp(hidden, cfg.get_int("intermediate_size"))
     inter = cfg.get_int("moe_intermediate_size")
     moe = _moe(
         hidden,
@@ -177,5 +179,7 @@ def _kimi_groups(
         inter * cfg.get_int(("num_shared_experts", "n_shared_experts"), default=1),
         gated=True,
     )
-    mlp = sum(moe if t == "sparse" else dense for t in mlp_types)
-    return _Parsed(tuple(groups), n, mlp)
+    sparse = mlp_types.count("sparse")
+    dense = (n - sparse) * _gated_mlp(hidden, cfg.get_int("intermediate_size")) if sparse < n else 0
+    kinds = tuple(_KINDS[t] for t in types)
+    return _Parsed(tuple(groups), kinds, dense + sparse * moe.active, moe.shape(sparse))

@@ -2,19 +2,29 @@
 (Mamba2) and jamba (Mamba1).
 
 Each parser takes a ``_Cfg`` and the resolved ``_Dtypes`` and returns ``_Parsed`` (layer
-groups, layer count, active MLP parameters per token); a bad or missing field raises SpecError.
+groups, per-layer kinds, active MLP parameters per token, MoE shape); a bad or missing field
+raises SpecError.
 """
 
 from __future__ import annotations
 
 import math
 
-from hycache.spec.hf.blocks import _attention, _gated_mlp, _mamba2, _moe
+from hycache.spec.fields import LayerKind
+from hycache.spec.groups import LayerGroup, RecurrentGroup, dtype_bytes
+from hycache.spec.hf.blocks import _attention, _gated_mlp, _mamba2, _moe, _MoELayer
 from hycache.spec.hf.config import _Cfg, _Dtypes, _Parsed
-from hycache.spec.model import LayerGroup, RecurrentGroup, dtype_bytes
 
 _NEMOTRON_PATTERN = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 _NEMOTRON_NAMES = {"linear_attention": "mamba", "full_attention": "attention"}
+_NEMOTRON_KINDS: dict[str, LayerKind] = {
+    "mamba": "recurrent",
+    "attention": "full",
+    "mlp": "mlp",
+    "moe": "mlp",
+}
+# early NemotronH configs (Nemotron-H-56B/47B/8B) name the attention head dim attention_head_dim
+_NEMOTRON_HEAD_DIM = ("head_dim", "attention_head_dim")
 
 
 def _nemotron_h(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
@@ -32,26 +42,35 @@ def _nemotron_h(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
         kinds = [_NEMOTRON_NAMES.get(t, t) for t in cfg.str_list("layers_block_type", allowed)]
     groups: list[LayerGroup] = []
     if kinds.count("attention"):
-        groups.append(_attention(cfg, dt, kinds.count("attention")))
+        groups.append(
+            _attention(cfg, dt, kinds.count("attention"), head_dim_keys=_NEMOTRON_HEAD_DIM)
+        )
     if kinds.count("mamba"):
         groups.append(_mamba2(cfg, dt, kinds.count("mamba"), nemotron=True))
     mlp = (
         kinds.count("mlp") * 2 * hidden * cfg.get_int("intermediate_size") if "mlp" in kinds else 0
     )
+    moe = None
     if "moe" in kinds:
         # relu2 experts (up, down) on the hidden state or on a ``moe_latent_size`` projection of
         # it; router and shared expert on the hidden state.
         latent = cfg.opt_int("moe_latent_size")
         width = latent or hidden
         top_k, inter = cfg.get_int("num_experts_per_tok"), cfg.get_int("moe_intermediate_size")
-        moe = (
-            hidden * cfg.get_int("n_routed_experts")
+        experts = cfg.get_int("n_routed_experts")
+        layer = _MoELayer(
+            active=hidden * experts
             + top_k * 2 * width * inter
             + 2 * hidden * cfg.get_int("moe_shared_expert_intermediate_size")
-            + (2 * hidden * latent if latent is not None else 0)
+            + (2 * hidden * latent if latent is not None else 0),
+            experts=experts,
+            top_k=top_k,
+            per_expert=2 * width * inter,
         )
-        mlp += kinds.count("moe") * moe
-    return _Parsed(tuple(groups), len(kinds), mlp)
+        mlp += kinds.count("moe") * layer.active
+        moe = layer.shape(kinds.count("moe"))
+    layer_kinds = tuple(_NEMOTRON_KINDS[k] for k in kinds)
+    return _Parsed(tuple(groups), layer_kinds, mlp, moe)
 
 
 def _bamba(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
@@ -65,14 +84,17 @@ def _bamba(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
         groups.append(_attention(cfg, dt, len(attn), derive_head_dim=True))
     if n - len(attn):
         groups.append(_mamba2(cfg, dt, n - len(attn), nemotron=False))
-    return _Parsed(tuple(groups), n, n * _gated_mlp(hidden, cfg.get_int("intermediate_size")))
+    kinds: tuple[LayerKind, ...] = tuple("full" if i in attn else "recurrent" for i in range(n))
+    return _Parsed(tuple(groups), kinds, n * _gated_mlp(hidden, cfg.get_int("intermediate_size")))
 
 
 def _falcon_h1(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
     """falcon_h1: parallel hybrid, every layer has attention AND Mamba2 side by side."""
     n, hidden = cfg.get_int("num_hidden_layers"), cfg.get_int("hidden_size")
     groups = (_attention(cfg, dt, n, derive_head_dim=True), _mamba2(cfg, dt, n, nemotron=False))
-    return _Parsed(groups, n, n * _gated_mlp(hidden, cfg.get_int("intermediate_size")))
+    both: LayerKind = "full+recurrent"
+    kinds = (both,) * n
+    return _Parsed(groups, kinds, n * _gated_mlp(hidden, cfg.get_int("intermediate_size")))
 
 
 def _jamba(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
@@ -82,7 +104,10 @@ def _jamba(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
     offset = cfg.get_int("attn_layer_offset", default=4, minimum=0)
     if offset >= period:
         raise cfg.error("attn_layer_offset", f"expected < attn_layer_period {period} in")
-    n_attn = sum(1 for i in range(n) if i % period == offset)
+    kinds: tuple[LayerKind, ...] = tuple(
+        "full" if i % period == offset else "recurrent" for i in range(n)
+    )
+    n_attn = kinds.count("full")
     d_state, kernel = cfg.get_int("mamba_d_state"), cfg.get_int("mamba_d_conv")
     inner = cfg.get_int("mamba_expand") * hidden
     key, raw = cfg.raw("mamba_dt_rank")
@@ -113,5 +138,6 @@ def _jamba(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
     moe = _moe(
         hidden, inter, cfg.get_int("num_experts_per_tok"), cfg.get_int("num_experts"), 0, gated=True
     )
-    mlp = sum(moe if i % e_period == e_offset else _gated_mlp(hidden, inter) for i in range(n))
-    return _Parsed(tuple(groups), n, mlp)
+    sparse = [i % e_period == e_offset for i in range(n)]
+    mlp = sum(moe.active if s else _gated_mlp(hidden, inter) for s in sparse)
+    return _Parsed(tuple(groups), kinds, mlp, moe.shape(sum(sparse)))

@@ -1,4 +1,9 @@
-"""Build a ModelSpec from a Hugging Face ``config.json`` (pure stdlib; no transformers import).
+"""The fields of a ModelSpec from a Hugging Face ``config.json`` (pure stdlib; no transformers).
+
+``ModelSpec.from_hf_config`` is the public entry point; ``parse_hf_config`` returns the
+unvalidated ``SpecFields`` (with the per-layer kinds) and imports nothing of
+``hycache.spec.model``. MoE models get their ``MoEShape`` (routed experts, top-k, routed
+parameters per token) next to their active MLP parameters.
 
 Field names and layer layouts follow the transformers configuration classes of each
 architecture. Fields that size the caches (layer counts, heads, head dims, state dims, conv
@@ -9,18 +14,26 @@ Jamba's periods, ``first_k_dense_replace`` 1, ...), for ``head_dim = hidden_size
 where the modeling code derives it, and for Gemma 3, whose published multimodal configs omit
 most text fields and rely on ``Gemma3TextConfig`` defaults.
 
-Dtypes: attention KV uses the model dtype (``dtype`` argument, else the config's ``dtype`` /
-``torch_dtype``). The recurrent state uses ``state_dtype`` if given, else the config's
-``mamba_ssm_dtype`` / ``mamba_ssm_cache_dtype`` (NemotronH defaults the latter to float32),
-else the model dtype. The conv window uses ``conv_dtype`` if given, else the state dtype:
-hycache stores a layer's checkpoint in one precision (so Qwen3.5's ``mamba_ssm_dtype:
-float32`` makes state and conv fp32). Pass ``conv_dtype`` to model an engine that keeps the
-conv window in the model dtype.
+Dtypes, as vLLM and SGLang keep them:
+
+- attention KV: the model dtype: ``dtype`` argument, else the config's ``dtype`` /
+  ``torch_dtype``, else the family default (gpt_oss: bfloat16, see below), else SpecError;
+- recurrent state: ``state_dtype`` argument, else the config's ``mamba_ssm_dtype`` /
+  ``mamba_ssm_cache_dtype``, else the family default (nemotron_h: float32 as
+  ``NemotronHConfig``; kimi_linear: float32, vLLM's KDA state), else the model dtype (vLLM for
+  GDN / Mamba; SGLang's ``--mamba-ssm-dtype`` defaults to float32 instead: pass
+  ``state_dtype="float32"`` to model it);
+- conv window: ``conv_dtype`` argument, else the model dtype (vLLM's and SGLang's conv state for
+  Mamba1, Mamba2, GDN and KDA alike; a config's ``mamba_ssm_dtype`` does not apply to it).
+
+gpt-oss configs have no ``torch_dtype``: transformers (``dtype="auto"``) then takes the dtype of
+the checkpoint's first floating-point tensor, bfloat16 in every published gpt-oss checkpoint (the
+tensors that are not MXFP4), so that is the default.
 
 Conv windows are counted as ``kernel - 1`` columns (what a checkpoint must hold to resume, and
 what vLLM allocates); transformers' DynamicCache keeps ``kernel`` columns, i.e. k/(k-1) more.
 Recurrent states, KV bytes per token and projection / MLP parameter counts equal what
-transformers 5.24 builds for these configs.
+transformers 5.24 builds for these configs (tests/spec/test_transformers_configs.py).
 """
 
 from __future__ import annotations
@@ -29,11 +42,11 @@ import os
 from collections.abc import Callable, Mapping
 
 from hycache.errors import SpecError
+from hycache.spec.fields import SpecFields
 from hycache.spec.hf.config import _Cfg, _Dtypes, _load, _Parsed, _resolve_dtypes
 from hycache.spec.hf.linear import _kimi_linear, _qwen_gdn
 from hycache.spec.hf.mamba import _bamba, _falcon_h1, _jamba, _nemotron_h
 from hycache.spec.hf.swa import _gemma3, _gpt_oss
-from hycache.spec.model import ModelSpec
 
 _NESTED_TEXT_CONFIG = ("qwen3_5", "qwen3_5_moe", "gemma3")
 _GEMMA3_DEFAULTS: Mapping[str, object] = {
@@ -52,8 +65,9 @@ def parse_hf_config(
     dtype: str | None = None,
     state_dtype: str | None = None,
     conv_dtype: str | None = None,
-) -> ModelSpec:
-    """Build a ModelSpec from a HF config (path to config.json, its directory, or a dict).
+) -> SpecFields:
+    """The spec fields of a HF config (path to config.json, its directory, or a dict);
+    ``ModelSpec.from_hf_config`` validates them into a ModelSpec.
 
     Supported ``model_type``: qwen3_next, qwen3_5 / qwen3_5_text, qwen3_5_moe /
     qwen3_5_moe_text, kimi_linear, nemotron_h, bamba, jamba, falcon_h1, gemma3 / gemma3_text,
@@ -84,13 +98,15 @@ def parse_hf_config(
     hidden = cfg.get_int("hidden_size")
     default_name = data.get("_name_or_path")
     spec_name = name or (default_name if isinstance(default_name, str) and default_name else None)
-    return ModelSpec(
+    return SpecFields(
         name=spec_name or model_type,
         groups=parsed.groups,
         hidden_size=hidden,
         vocab_size=cfg.get_int("vocab_size"),
         active_mlp_params_per_token=parsed.active_mlp_params,
         num_layers=parsed.num_layers,
+        moe=parsed.moe,
+        layer_kinds=parsed.layer_kinds,
     )
 
 

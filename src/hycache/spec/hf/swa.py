@@ -2,19 +2,24 @@
 gemma3_text and gpt_oss.
 
 Each parser takes a ``_Cfg`` and the resolved ``_Dtypes`` and returns ``_Parsed`` (layer
-groups, layer count, active MLP parameters per token); a bad or missing field raises SpecError.
+groups, per-layer kinds, active MLP parameters per token, MoE shape); a bad or missing field
+raises SpecError.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from hycache.spec.fields import LayerKind
+from hycache.spec.groups import LayerGroup
 from hycache.spec.hf.blocks import _attention, _gated_mlp, _moe, _swa_of
 from hycache.spec.hf.config import _Cfg, _Dtypes, _Parsed
-from hycache.spec.model import LayerGroup
+from hycache.spec.moe import MoEShape
 
 
-def _swa_model(cfg: _Cfg, dt: _Dtypes, every: int, mlp_per_layer: int) -> _Parsed:
+def _swa_model(
+    cfg: _Cfg, dt: _Dtypes, every: int, mlp_per_layer: int, moe: MoEShape | None = None
+) -> _Parsed:
     """Sliding window + full attention (gemma3, gpt_oss); ``every``-th layer is full."""
     n = cfg.get_int("num_hidden_layers")
     if cfg.has("layer_types"):
@@ -28,7 +33,8 @@ def _swa_model(cfg: _Cfg, dt: _Dtypes, every: int, mlp_per_layer: int) -> _Parse
     groups: list[LayerGroup] = [replace(shape, layers=n_full)] if n_full else []
     if n - n_full:
         groups.append(_swa_of(shape, n - n_full, cfg.get_int("sliding_window")))
-    return _Parsed(tuple(groups), n, n * mlp_per_layer)
+    kinds: tuple[LayerKind, ...] = tuple("full" if t == "full_attention" else "swa" for t in types)
+    return _Parsed(tuple(groups), kinds, n * mlp_per_layer, moe)
 
 
 def _gemma3(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
@@ -50,4 +56,4 @@ def _gpt_oss(cfg: _Cfg, dt: _Dtypes) -> _Parsed:
         0,
         gated=True,
     )
-    return _swa_model(cfg, dt, 2, moe)
+    return _swa_model(cfg, dt, 2, moe.active, moe.shape(cfg.get_int("num_hidden_layers")))

@@ -18,12 +18,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from hycache.cache.facade import HybridPrefixCache
-    from hycache.components.base import Component
-    from hycache.tree.node import Node
+#: what ``CheckpointPolicy.offgrid`` may say
+OFFGRID_MODES = ("drop", "misplace")
 
 
 @dataclass(frozen=True)
@@ -69,52 +66,11 @@ class CheckpointPolicy(ABC):
 
     #: grid the recurrent group's states must land on to be publishable (None: any page)
     state_grid: int | None = None
+    #: whether recurrent states are cached at all (vLLM ``--mamba-cache-mode none``: no)
+    caches_states: bool = True
+    #: a checkpoint off ``state_grid``: ``"drop"`` it, or ``"misplace"`` it at the grid
+    #: position below (vLLM #54076, kept to test checkers: silently wrong)
+    offgrid: str = "drop"
 
     @abstractmethod
     def plan(self, request: PlanInput) -> PrefillPlan: ...
-
-
-class AdmissionPolicy(ABC):
-    """Decides, at finish, whether a checkpoint is stored. May remember what it has seen."""
-
-    #: whether ``admit`` looks at ``sighting`` (else the cache passes b"" and skips hashing)
-    uses_sightings: bool = True
-
-    @abstractmethod
-    def admit(self, sighting: bytes, reason: str) -> bool:
-        """``sighting``: a digest of (namespace, prefix up to the checkpoint)."""
-
-
-class EvictionPolicy(ABC):
-    """Chooses victims. The cache calls the hooks; ``victims`` yields (node, component) pairs
-    to evict, best first, until the cache has freed enough; it must skip locked nodes."""
-
-    def attach(self, cache: HybridPrefixCache) -> None:
-        self.cache = cache
-
-    def pinned(self, node: Node, component: Component) -> bool:
-        """Whether the entry may not be evicted now (``victims`` never yields it). Default:
-        the tree's rule (KV on a locked path, a state where a lock ends)."""
-        return self.cache.tree.pinned(node, component)
-
-    @abstractmethod
-    def on_insert(self, node: Node, component: Component) -> None:
-        """``component`` got new data on ``node`` (now = ``cache.clock``)."""
-
-    @abstractmethod
-    def on_hit(self, path: list[Node], used: Node | None) -> None:
-        """A request reused ``path`` (root to the hit); ``used`` holds the state it copied."""
-
-    @abstractmethod
-    def next_victim(self, resource: str) -> tuple[Node, Component] | None:
-        """The next entry to evict that frees bytes of ``resource`` (None: nothing left)."""
-
-    @abstractmethod
-    def end_round(self) -> None:
-        """The cache freed enough (or gave up): entries skipped this round become candidates
-        again."""
-
-    def on_liveness_change(self, nodes: list[Node]) -> None:
-        """The session owning ``nodes`` ended (``cache.is_live`` changed for them). Policies
-        that do not rank by liveness ignore it."""
-        return None

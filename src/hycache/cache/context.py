@@ -1,0 +1,79 @@
+"""``CacheView``: the read-only view of a cache its eviction policy gets (``EvictionContext``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hycache.cache.accounting import Accounting
+from hycache.cache.holds import Holds
+from hycache.cache.registry import InFlight, NodeNotes
+from hycache.cache.stats import Counters
+from hycache.components.full import PagedKVComponent
+from hycache.components.recurrent import RecurrentComponent
+from hycache.spec.model import ModelSpec
+from hycache.tree.node import Node
+from hycache.tree.radix import RadixTree
+
+
+class CacheView:
+    """Implements ``hycache.policy.eviction.base.EvictionContext`` over the cache's parts."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        accounting: Accounting,
+        in_flight: InFlight,
+        notes: NodeNotes,
+        holds: Holds,
+        counters: Counters,
+    ) -> None:
+        self._spec = spec
+        self._accounting = accounting
+        self._in_flight = in_flight
+        self._notes = notes
+        self._holds = holds
+        self._counters = counters
+
+    @property
+    def clock(self) -> int:
+        return self._in_flight.clock
+
+    @property
+    def tree(self) -> RadixTree:
+        return self._accounting.tree
+
+    @property
+    def page_size(self) -> int:
+        return self._accounting.page_size
+
+    @property
+    def kv_components(self) -> Sequence[PagedKVComponent]:
+        return self._accounting.kv_components
+
+    @property
+    def recurrent(self) -> RecurrentComponent | None:
+        return self._accounting.recurrent
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._accounting.pool.budget_bytes
+
+    def resource_of(self, kind: str) -> str:
+        return self._accounting.pool.resource_of(kind)
+
+    def prefill_flops(self, start: int, length: int) -> float:
+        return self._spec.prefill_flops(start, length)
+
+    def is_live(self, node: Node) -> bool:
+        return self._notes.is_live(node)
+
+    def state_reason(self, node: Node) -> str:
+        return self._notes.reason(node)
+
+    def state_reuse_rate(self, node: Node) -> float:
+        reason = self._notes.reason(node)
+        c = self._counters
+        return (c.reason_hits[reason] + 1) / (c.reason_inserted[reason] + 2)
+
+    def passed_by_others(self, node: Node) -> bool:
+        return self._holds.passed_by_others(node)

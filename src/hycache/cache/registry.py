@@ -1,0 +1,92 @@
+"""What the cache knows besides the tree and the pool: requests in flight, the logical clock,
+and notes on nodes (the session owning a node, why a state was checkpointed)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from hycache.cache.lease import Lease
+from hycache.errors import CacheUsageError
+from hycache.tree.node import Node
+
+
+class InFlight:
+    """Requests in flight by id, and the cache's logical clock (one tick per admit and finish).
+
+    ``require`` answers whether a lease may still be used; a finished or aborted lease, or one
+    of another cache, raises CacheUsageError."""
+
+    def __init__(self) -> None:
+        self._leases: dict[int, Lease] = {}
+        self._next_id = 0
+        self.clock = 0
+
+    def tick(self) -> None:
+        self.clock += 1
+
+    def next_id(self) -> int:
+        return self._next_id
+
+    def add(self, lease: Lease) -> None:
+        self._leases[lease.request_id] = lease
+        self._next_id = lease.request_id + 1
+
+    def remove(self, lease: Lease) -> None:
+        lease.active = False
+        del self._leases[lease.request_id]
+
+    def require(self, lease: object) -> Lease:
+        if not isinstance(lease, Lease):
+            raise CacheUsageError(f"expected a Lease from admit(), got {type(lease).__name__}")
+        if not lease.active or self._leases.get(lease.request_id) is not lease:
+            raise CacheUsageError(f"request {lease.request_id} is not in flight")
+        return lease
+
+    def __iter__(self) -> Iterator[Lease]:
+        return iter(self._leases.values())
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+
+class NodeNotes:
+    """Per-node notes kept beside the tree: the session that owns a node (set by ``claim``,
+    live until ``end_session``) and the reason a state was checkpointed for."""
+
+    def __init__(self) -> None:
+        self.live_sessions: set[str] = set()
+        self._session: dict[Node, str] = {}
+        self._reason: dict[Node, str] = {}
+
+    def start_session(self, session: str) -> None:
+        self.live_sessions.add(session)
+
+    def end_session(self, session: str) -> list[Node]:
+        """Ends ``session``; returns the (attached) nodes it owned."""
+        self.live_sessions.discard(session)
+        return [n for n, s in self._session.items() if s == session and n.parent is not None]
+
+    def is_live(self, node: Node) -> bool:
+        session = self._session.get(node)
+        return session is not None and session in self.live_sessions
+
+    def claim(self, node: Node, session: str) -> None:
+        """The nodes from the root to ``node`` belong to ``session``."""
+        for on_path in node.path_from_root():
+            self._session[on_path] = session
+
+    def note_reason(self, node: Node, reason: str) -> None:
+        self._reason[node] = reason
+
+    def reason(self, node: Node) -> str:
+        return self._reason.get(node, "unknown")
+
+    def drop_session(self, node: Node) -> None:
+        self._session.pop(node, None)
+
+    def drop_reason(self, node: Node) -> None:
+        self._reason.pop(node, None)
+
+    def clear(self) -> None:
+        self._session.clear()
+        self._reason.clear()

@@ -1,0 +1,43 @@
+"""Least-recently-used eviction: vLLM's global LRU and SGLang's per-component LRU."""
+
+from __future__ import annotations
+
+from collections.abc import KeysView
+
+from hycache.components.base import Component
+from hycache.policy.eviction.heap import HeapEviction, Key
+from hycache.tree.node import Node
+
+
+class LRUEviction(HeapEviction):
+    """Least recently used first; ties go tail-first (deeper entries first), as vLLM's free
+    queue frees a request's blocks in reverse order. ``refresh_state_path=False`` gives
+    SGLang's per-component LRU, which refreshes only the state actually used."""
+
+    def __init__(
+        self,
+        *,
+        refresh_state_path: bool = True,
+        session_aware: bool = False,
+        pins_published_state: bool = True,
+    ) -> None:
+        super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
+        self.refresh_state_path = refresh_state_path
+        self._stamp: dict[tuple[Node, int], int] = {}
+
+    def touch(self, node: Node, component: Component) -> None:
+        self._stamp[(node, component.slot)] = self.context.clock
+
+    def on_insert(self, node: Node, component: Component) -> None:
+        self.touch(node, component)
+        super().on_insert(node, component)
+
+    def key(self, node: Node, component: Component) -> Key:
+        stamp = self._stamp.get((node, component.slot), 0)
+        return (float(stamp), float(-node.end))
+
+    def evicted(self, node: Node, component: Component, key: Key) -> None:
+        self._stamp.pop((node, component.slot), None)
+
+    def forget(self, live: KeysView[tuple[Node, int]]) -> None:
+        self._stamp = {ident: t for ident, t in self._stamp.items() if ident in live}
