@@ -25,7 +25,7 @@ def test_values_are_coerced_to_the_knob_type() -> None:
         ("marconi.alpha=nan", "marconi.alpha=nan: must be a finite value"),
         ("marconi.alpha=inf", "marconi.alpha=inf: must be a finite value"),
         ("marconi.alpha=-Infinity", "must be a finite value"),
-        ("marconi.alpha=1e999", "marconi.alpha=1e999: must be a finite value"),
+        ("marconi.alpha=1e999", "marconi.alpha=1e999: marconi.alpha must be finite"),
         ("vllm.block_size=nan", "vllm.block_size=nan: must be a finite value"),
         ("vllm.block_size=1.5", "vllm.block_size"),
         ("vllm.block_size=-1", "vllm.block_size must be >= 0"),

@@ -10,7 +10,6 @@ option, the knob and the reason. ``knob_overrides`` folds the parsed items into 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -44,9 +43,10 @@ def parse_knob(text: str) -> KnobSetting:
     value = raw.strip()
     if value.lower() in _NON_FINITE:
         raise ConfigError(f"{preset}.{knob}={value}: must be a finite value")
-    coerced = resolve_knobs(preset, {knob: value})[knob]
-    if isinstance(coerced, float) and not math.isfinite(coerced):
-        raise ConfigError(f"{preset}.{knob}={value}: must be a finite value")
+    try:
+        coerced = resolve_knobs(preset, {knob: value})[knob]
+    except ConfigError as exc:  # the presets refuse a bad value (NaN, inf, wrong type, ...)
+        raise ConfigError(f"{preset}.{knob}={value}: {exc}") from None
     return KnobSetting(preset, knob, coerced)
 
 
