@@ -14,7 +14,7 @@ does not change. The tree calls:
 * ``deepest_accepted(path, bound)``  the validator: the deepest page-aligned prefix length
                          ``p <= bound`` this component can restore along ``path`` (nodes from the
                          root down, the last possibly only partly matched). 0 always qualifies.
-* ``check_node(node)``   assert the component's invariants on one node.
+* ``check_node(node)``   check the component's invariants on one node (IntegrityError).
 
 An insert that slides windows (``RadixTree.insert(..., slide=plan)``, see
 :mod:`hycache.tree.window`) asks two more things: ``fill_ranges(anchors, start, end, prefix)``, the
@@ -30,6 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
 
+from hycache.errors import CacheUsageError
 from hycache.tree.node import Node
 
 
@@ -55,13 +56,15 @@ class Component(ABC):
 
     def bind(self, slot: int, page_size: int) -> None:
         """Called once by the tree: where this component's data lives in ``node.data``."""
-        assert self._slot is None, f"component {self.name} is already bound to a tree"
+        if self._slot is not None:
+            raise CacheUsageError(f"component {self.name} is already bound to a tree")
         self._slot = slot
         self.page_size = page_size
 
     @property
     def slot(self) -> int:
-        assert self._slot is not None, f"component {self.name} is not bound to a tree"
+        if self._slot is None:
+            raise CacheUsageError(f"component {self.name} is not bound to a tree")
         return self._slot
 
     def has(self, node: Node) -> bool:
@@ -102,4 +105,4 @@ class Component(ABC):
 
     @abstractmethod
     def check_node(self, node: Node) -> None:
-        """Assert the component's invariants on ``node``."""
+        """Check the component's invariants on ``node``; IntegrityError if one is broken."""

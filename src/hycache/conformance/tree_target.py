@@ -10,7 +10,7 @@ from hycache.components.recurrent import RecurrentComponent
 from hycache.components.swa import SlidingWindowComponent
 from hycache.conformance.reference import GroupConfig
 from hycache.conformance.scenario import Slide
-from hycache.errors import CacheUsageError
+from hycache.errors import CacheUsageError, IntegrityError
 from hycache.memory.unbounded import UnboundedStore
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
@@ -82,7 +82,8 @@ class TreeTarget:
             pages = self.store.pages_in_use
             path = self.tree.insert(token_list, namespace, slide=plan)
             taken = self.store.pages_in_use - pages
-            assert taken == sum(plan.units), f"slide plan said {plan.units} units, took {taken}"
+            if taken != sum(plan.units):
+                raise IntegrityError(f"slide plan said {plan.units} units, the insert took {taken}")
         for p in states_at:
             node = self.tree.split_at(token_list, p, namespace)
             for component in recurrent:

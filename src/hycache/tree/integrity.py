@@ -4,13 +4,14 @@ Checked per namespace, from the root down: parent links, namespaces, page-granul
 filed under their first page, contiguous intervals, no empty unlocked leaf, each component's
 own invariants on each node (``Component.check_node``), and the lock counts: a node's
 ``lock_ref`` is its children's plus the locks ending there, ``state_ref`` at most those.
-A broken invariant raises; nothing is changed.
+A broken invariant raises IntegrityError; nothing is changed.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hycache.errors import IntegrityError
 from hycache.tree.keys import TOKEN_BYTES
 
 if TYPE_CHECKING:
@@ -19,11 +20,11 @@ if TYPE_CHECKING:
 
 def _require(condition: object, message: str) -> None:
     if not condition:
-        raise AssertionError(message)
+        raise IntegrityError(message)
 
 
 def check_tree(tree: RadixTree) -> None:
-    """Raise on the first broken invariant of ``tree`` (module docstring)."""
+    """IntegrityError on the first broken invariant of ``tree`` (module docstring)."""
     page = tree.page_size
     page_bytes = page * TOKEN_BYTES
     for namespace, root in tree._roots.items():

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from hycache.components.base import Component
-from hycache.errors import CacheUsageError
+from hycache.errors import CacheUsageError, IntegrityError
 from hycache.tree.base import MatchResult
 from hycache.tree.drops import release_range, release_state_at
 from hycache.tree.integrity import check_tree
@@ -123,10 +123,10 @@ class RadixTree:
     def _split(self, node: Node, at: int) -> Node:
         """Split ``node`` at absolute position ``at`` (start < at < end); return the new upper
         node ``[start, at)``. ``node`` keeps its identity as the lower part ``[at, end)``."""
-        assert node.start < at < node.end and (at - node.start) % self.page_size == 0
-        self.version += 1
         parent = node.parent
-        assert parent is not None
+        if parent is None or not node.start < at < node.end or (at - node.start) % self.page_size:
+            raise IntegrityError(f"split of {node} at {at}: not a page boundary inside it")
+        self.version += 1
         page = self._page_bytes
         cut = (at - node.start) * TOKEN_BYTES
         upper = Node(parent, node.key[:cut], node.start, len(self.components), node.namespace)
@@ -315,13 +315,16 @@ class RadixTree:
     def unlock(self, node: Node, *, hold_state: bool = True) -> None:
         """Undo one ``lock(node, hold_state=hold_state)``."""
         if node.parent is not None:
-            assert node.end_ref > 0, f"unlock of {node}, where no lock ends"
-            assert node.state_ref >= hold_state, f"state unlock of {node} without one"
+            if node.end_ref <= 0:
+                raise CacheUsageError(f"unlock of {node}, where no lock ends")
+            if node.state_ref < hold_state:
+                raise CacheUsageError(f"state unlock of {node} without one")
             node.end_ref -= 1
             node.state_ref -= hold_state
         current: Node | None = node
         while current is not None and current.parent is not None:
-            assert current.lock_ref > 0, f"unlock of an unlocked {current}"
+            if current.lock_ref <= 0:
+                raise IntegrityError(f"unlock of an unlocked {current}")
             current.lock_ref -= 1
             current = current.parent
         self.prune(node)
@@ -370,7 +373,8 @@ class RadixTree:
 
     def remove_leaf(self, node: Node) -> None:
         """Remove an unlocked leaf with all its data. Mutates the tree."""
-        assert node.parent is not None and not node.children and node.lock_ref == 0
+        if node.parent is None or node.children or node.lock_ref:
+            raise CacheUsageError(f"remove_leaf of {node}: not an unlocked leaf")
         for component in self.components:
             component.release(node)
         self.prune(node)
@@ -378,7 +382,8 @@ class RadixTree:
     def clear(self) -> None:
         """Release every component's data and drop all nodes. No node may be locked."""
         for node in list(self.iter_nodes()):
-            assert node.lock_ref == 0, f"clear() with locked {node}"
+            if node.lock_ref:
+                raise CacheUsageError(f"clear() with locked {node}")
             for component in self.components:
                 component.release(node)
         self._roots.clear()
