@@ -26,14 +26,11 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from hycache.cache.presets import KnobValue
+from hycache.cli.knobs import add_knob_option, knob_overrides
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
-from hycache.sim.simulate import (
-    SimulationConfig,
-    footprint_bytes,
-    parse_set_options,
-    run_policy,
-)
+from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.trace import read_trace
 from hycache.sim.workloads import WORKLOADS, generate
 from hycache.spec.model import load_spec
@@ -56,7 +53,7 @@ class Source:
         return generate(self.name, requests=self.requests, seed=0)
 
 
-KNOBS: dict[str, dict[str, str]] = {}
+KNOBS: dict[str, dict[str, KnobValue]] = {}
 
 
 def _config(model: str, mode: str) -> SimulationConfig:
@@ -112,9 +109,9 @@ def main() -> int:
     parser.add_argument(
         "--policies", default=",".join(POLICIES), help="presets to replay (the table needs all)"
     )
-    parser.add_argument("--set", action="append", default=[], metavar="PRESET.KNOB=VALUE")
+    add_knob_option(parser)
     args = parser.parse_args()
-    KNOBS.update(parse_set_options(args.set))
+    KNOBS.update(knob_overrides(args.knobs))
     sources = [s for s in args.sources.split(",") if s]
     modes = [m for m in args.modes.split(",") if m]
     percents = [float(c) for c in args.capacities.split(",") if c]

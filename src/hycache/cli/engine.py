@@ -16,9 +16,9 @@ from typing import Any
 from hycache.cli.knobs import add_knob_option, check_knobs_apply, knob_overrides, policies_arg
 from hycache.cli.numbers import non_negative_float, positive_int
 from hycache.cli.sizes import bytes_arg
+from hycache.engine.faults import INJECTS
 from hycache.errors import ConfigError
 
-INJECT_CHOICES = ("late-snapshot", "off-grid", "stale-tail")
 TINY_LAYERS, TINY_HIDDEN = 4, 64
 
 
@@ -37,7 +37,7 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from hycache.engine.archs import VERIFIED_ARCHS, get_arch
     from hycache.engine.model import require_engine
-    from hycache.engine.verify import run_verify, split_list
+    from hycache.engine.verify_run import run_verify, split_list
     from hycache.engine.workloads import WORKLOADS, generate_turns
 
     knobs = knob_overrides(args.knobs)
@@ -123,7 +123,7 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     verify.add_argument(
         "--inject",
-        choices=INJECT_CHOICES,
+        choices=INJECTS,
         help="break the hit path on purpose; exit 3 if the fault never fired",
     )
     verify.add_argument(

@@ -1,33 +1,32 @@
-"""Setup and per-request memory checks of the engine (a mixin of ``Engine``).
+"""``MemoryCheck``: the engine's setup and per-request memory checks.
 
 Contract: the tensors behind the pool's ids are exactly the bytes the pool charges for (or
 fewer), the cache's unit kinds are the model's, and after every request the pool holds its
-invariants within its budget. Needs ``cache``, ``store`` and ``check_tree`` set by
-``Engine.__init__``.
+invariants within its budget (``IntegrityError`` otherwise; never ``assert``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hycache.errors import ConfigError
+from hycache.errors import ConfigError, IntegrityError
 
 if TYPE_CHECKING:
     from hycache.cache.facade import HybridPrefixCache
     from hycache.engine.store import TensorStore
 
 
-class AccountingMixin:
+class MemoryCheck:
     """The pool's accounting checked against the store's tensors."""
 
-    cache: HybridPrefixCache
-    store: TensorStore
-    check_tree: bool
+    def __init__(self, cache: HybridPrefixCache, store: TensorStore, *, check_tree: bool) -> None:
+        self.cache = cache
+        self.store = store
+        self.check_tree = check_tree
 
-    # ------------------------------------------------------------------ setup checks
-    def _check_accounting(self) -> None:
+    def check_setup(self) -> None:
         """The cache's unit kinds are the model's, and every unit's tensors are exactly the
-        bytes the pool charges it for (or fewer: vLLM's padding)."""
+        bytes the pool charges it for (or fewer: vLLM's padding). ConfigError otherwise."""
         pool = self.cache.pool
         kinds = set(self.store.pages) | ({"recurrent"} if self.store.slots else set())
         if kinds != set(pool.costs):
@@ -57,12 +56,17 @@ class AccountingMixin:
             total += pool.units["recurrent"] * self.store.slots.bytes_per_slot
         return total
 
-    def check_memory(self) -> None:
-        """Assert the pool's invariants and that nothing exceeds the budget."""
+    def check(self) -> None:
+        """The pool's invariants hold and nothing exceeds the budget (IntegrityError)."""
         pool = self.cache.pool
         pool.check_integrity()
         for resource, used in pool.used.items():
-            assert used <= pool.budgets[resource], f"{resource}: {used} > {pool.budgets[resource]}"
-        assert self.live_tensor_bytes() <= pool.used_bytes <= pool.budget_bytes
+            if used > pool.budgets[resource]:
+                raise IntegrityError(f"{resource}: {used} B used of {pool.budgets[resource]} B")
+        live = self.live_tensor_bytes()
+        if not live <= pool.used_bytes <= pool.budget_bytes:
+            raise IntegrityError(
+                f"tensors {live} B, pool charges {pool.used_bytes} B, budget {pool.budget_bytes} B"
+            )
         if self.check_tree:
             self.cache.check_integrity()

@@ -1,11 +1,10 @@
-"""Planned checkpoints and the faults injected into them (a mixin of ``Engine``).
+"""``Checkpointer``: planned checkpoints and the faults injected into them.
 
-Contract: ``_checkpoint`` is called right after the forward that brought the state to a planned
+Contract: ``checkpoint`` is called right after the forward that brought the state to a planned
 position and before anything extends it; it asks ``record_checkpoint`` for a slot and copies
 the state into it. With ``late-snapshot`` or ``off-grid`` (unless the cache itself misplaces)
-the copy is deferred (``_Deferred``) and ``_flush`` makes it later, published at the planned
-position. Needs ``cache``, ``store``, ``inject`` and ``page_size`` set by ``Engine.__init__``;
-the state copy itself is ``StoreTransferMixin._write_state``.
+the copy is deferred (``Deferred``) and ``flush`` makes it later, filed at the planned
+position; the fault log learns of every state so filed in the wrong place.
 """
 
 from __future__ import annotations
@@ -13,16 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hycache.engine.transfer import StoreTransferMixin
-
 if TYPE_CHECKING:
+    from hycache.cache.facade import HybridPrefixCache
     from hycache.cache.lease import Lease
+    from hycache.engine.faults import FaultLog
     from hycache.engine.request import RequestResult
     from hycache.engine.store import PrefixTags
+    from hycache.engine.transfer import Transfer
 
 
 @dataclass
-class _Deferred:
+class Deferred:
     """A checkpoint the injected bugs copy later than they should."""
 
     position: int
@@ -30,37 +30,49 @@ class _Deferred:
     due: int  # copy once this many tokens have been consumed (-1: after the next forward)
 
 
-class CheckpointMixin(StoreTransferMixin):
+class Checkpointer:
     """Copying the state into checkpoint slots, on time or (injected faults) late."""
 
-    inject: str | None
+    def __init__(
+        self,
+        cache: HybridPrefixCache,
+        transfer: Transfer,
+        faults: FaultLog,
+        *,
+        inject: str | None,
+    ) -> None:
+        self.cache = cache
+        self.transfer = transfer
+        self.faults = faults
+        self.inject = inject
+        self.page_size = cache.page_size
 
-    def _cache_misplaces(self) -> bool:
+    def cache_misplaces(self) -> bool:
+        """Whether the cache itself files off-grid states below their position (#54076)."""
         return self.cache.checkpoint_policy.offgrid == "misplace"
 
-    # ------------------------------------------------------------------ checkpoints
-    def _checkpoint(
+    def checkpoint(
         self,
         lease: Lease,
         dc: Any,
         tags: PrefixTags,
         position: int,
         reason: str,
-        deferred: list[_Deferred],
+        deferred: list[Deferred],
         result: RequestResult,
     ) -> None:
         """The state is at ``position`` now: copy it before anything extends it."""
-        if self.store.slots is None:
+        if self.transfer.store.slots is None:
             return
         if self.inject == "late-snapshot":
-            deferred.append(_Deferred(position, reason, -1))
+            deferred.append(Deferred(position, reason, -1))
             return
-        if self.inject == "off-grid" and not self._cache_misplaces():
-            deferred.append(_Deferred(position, reason, position + max(1, self.page_size // 2)))
+        if self.inject == "off-grid" and not self.cache_misplaces():
+            deferred.append(Deferred(position, reason, position + max(1, self.page_size // 2)))
             return
-        self._record(lease, dc, tags, position, reason, result)
+        self.record(lease, dc, tags, position, reason, result, late=False)
 
-    def _record(
+    def record(
         self,
         lease: Lease,
         dc: Any,
@@ -68,29 +80,36 @@ class CheckpointMixin(StoreTransferMixin):
         position: int,
         reason: str,
         result: RequestResult,
+        *,
+        late: bool,
     ) -> None:
         """Copy the current state into a slot for ``position`` (which is where the engine
-        believes it is; the injected faults call this when the state has moved on)."""
+        believes it is; ``late``: the state has moved on, an injected fault)."""
         slot = self.cache.record_checkpoint(lease, position, reason)
-        if slot is not None:
-            self._write_state(dc, slot, tags.tag(position))
-            result.checkpoints.append(position)
+        if slot is None:
+            return
+        self.transfer.write_state(dc, slot, tags.tag(position))
+        result.checkpoints.append(position)
+        policy = self.cache.checkpoint_policy
+        grid = policy.state_grid or self.page_size
+        if late or (self.cache_misplaces() and position % grid):
+            self.faults.slot_corrupted(slot)
 
-    def _flush(
+    def flush(
         self,
         lease: Lease,
         dc: Any,
         tags: PrefixTags,
-        deferred: list[_Deferred],
+        deferred: list[Deferred],
         pos: int,
         result: RequestResult,
         *,
         after_forward: bool,
         force: bool = False,
     ) -> None:
-        """Copy the deferred (faulty) checkpoints that are due."""
+        """Copy the deferred (faulty) checkpoints that are due, with the state at ``pos``."""
         for d in list(deferred):
             due = force or (d.due == -1 and after_forward) or (d.due != -1 and pos >= d.due)
             if due:
                 deferred.remove(d)
-                self._record(lease, dc, tags, d.position, d.reason, result)
+                self.record(lease, dc, tags, d.position, d.reason, result, late=pos != d.position)

@@ -14,9 +14,11 @@ Per request (see ``hycache.cache.facade`` for the lease lifecycle):
 3. Decode greedily (decode-time checkpoints likewise), ``extend`` the lease with the tokens fed
    back, copy the running state into the lease's last state slot (``finish`` keeps it as the
    end-of-request state when the plan says so), ``finish``.
-4. Scatter: walk the nodes the tree now holds for the request's path and write every KV page
-   whose owner tag is not this prefix (new pages, and reused ids that still hold an earlier
-   owner's data) from the request's KV.
+4. Publish and scatter: when the prefill ends, ``publish`` makes the prompt part of the cache
+   and the engine writes its KV into the pages ``PublishResult.pages`` names; at ``finish`` it
+   writes the rest into ``FinishResult.pages``: every page whose owner tag is not this prefix
+   (new pages, and reused ids that still hold an earlier owner's data). The engine never
+   walks the tree: it uses what the lease, ``publish`` and ``finish`` return.
 
 Requests are interleaved (``max_running``): each step advances one request by one chunk or one
 decode token, so several leases are in flight at once; a request the cache answers with
@@ -32,7 +34,9 @@ Fault injection (``inject``), to prove the verifier catches what it must:
   presets: the engine snapshots a few tokens past the planned position);
 * ``stale-tail``: the engine extends the lease by the last generated token too, whose KV it
   never computed, and caches that last page as if full: its unwritten tail keeps whatever the
-  page id's previous owner left there, and later hits read it.
+  page id's previous owner left there, and later hits read it;
+* ``unwritten-publish``: the engine publishes the prompt when its prefill ends but writes the
+  pages only at finish: a request reusing them in between reads another prefix's data.
 
 The parts live in their own modules: the request and result types in ``request``, the KV
 gather/scatter and state copies against the store in ``transfer``, checkpoints and the faults
@@ -50,13 +54,13 @@ from typing import TYPE_CHECKING
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
-from hycache.components.full import PagedKVComponent
-from hycache.engine.accounting import AccountingMixin
-from hycache.engine.checkpoints import CheckpointMixin, _Deferred
+from hycache.engine.accounting import MemoryCheck
+from hycache.engine.checkpoints import Checkpointer, Deferred
+from hycache.engine.faults import INJECTS, FaultLog
 from hycache.engine.model import LoadedModel
 from hycache.engine.request import EngineRequest, ListSource, RequestResult, RequestSource
 from hycache.engine.store import PrefixTags, TensorStore
-from hycache.engine.transfer import StoreTransferMixin
+from hycache.engine.transfer import Transfer
 from hycache.errors import CapacityError, ConfigError, IntegrityError
 from hycache.tree.keys import encode_tokens
 
@@ -72,8 +76,6 @@ __all__ = [
     "RequestSource",
 ]
 
-INJECTS = ("late-snapshot", "off-grid", "stale-tail")
-
 
 @dataclass
 class _Flight:
@@ -84,9 +86,11 @@ class _Flight:
     lease: Lease
 
 
-class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
+class Engine:
     """Runs requests on ``model`` with ``cache``; the tensors behind the cache's ids live in
-    ``self.store``."""
+    ``self.store``. Composed of a ``Transfer`` (tensors in and out of the store), a
+    ``Checkpointer`` (state copies, injected checkpoint faults), a ``MemoryCheck`` and a
+    ``FaultLog`` (what an injected fault stored and how often a request read it)."""
 
     def __init__(
         self,
@@ -109,8 +113,6 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
         self.cache = cache
         self.max_running = max_running
         self.inject = inject
-        self.check_owners = check_owners
-        self.check_tree = check_tree
         self.publish = publish
         self.page_size = cache.page_size
         pool = cache.pool
@@ -119,10 +121,11 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
             for kind in pool.costs
         }
         self.store = TensorStore(model.layout, cache.page_size, model.dtype, limits)
-        self.kv_components: dict[str, PagedKVComponent] = {c.kind: c for c in cache.kv_components}
-        self._check_accounting()
-        self.window = model.layout.window
-        self.unfilled_pages = 0
+        self.memory = MemoryCheck(cache, self.store, check_tree=check_tree)
+        self.memory.check_setup()
+        self.faults = FaultLog()
+        self.transfer = Transfer(model, self.store, self.faults, check_owners=check_owners)
+        self.checkpoints = Checkpointer(cache, self.transfer, self.faults, inject=inject)
         self.requests_done = 0
         self.cache_clears = 0
 
@@ -177,7 +180,7 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
                     running.remove(flight)
                     results.append(flight.result)
                     self.requests_done += 1
-                    self.check_memory()
+                    self.memory.check()
                     source.done(flight.result)
         return results
 
@@ -240,11 +243,12 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
         ns = request.namespace
         tags = PrefixTags(ns, encode_tokens(prompt))
         dc = self.model.new_cache()
-        kv_start = self._restore(lease, dc, tags, result.violations)
+        kv_start = self.transfer.restore(lease, dc, tags, result.violations)
         planned = {cp.position: cp.reason for cp in lease.plan.checkpoints}
         ends = set(lease.plan.chunk_ends) | {p for p in planned if lease.hit < p < n}
-        deferred: list[_Deferred] = []
-        if self.inject == "off-grid" and not self._cache_misplaces():
+        deferred: list[Deferred] = []
+        checkpoints = self.checkpoints
+        if self.inject == "off-grid" and not checkpoints.cache_misplaces():
             # snapshot a few tokens late: the chunk is cut there so the state exists
             shift = max(1, self.page_size // 2)
             ends |= {p + shift for p in planned if lease.hit < p and p + shift < n}
@@ -257,20 +261,31 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
             pos = end
             if in_place and pos >= lease.kv_read_end:
                 # from here on the prompt attends to the cached KV the lease reads in place
-                self._read_in_place(lease, dc, kv_start, tags, result.violations)
+                self.transfer.read_in_place(lease, dc, kv_start, tags, result.violations)
                 result.in_place_tokens = lease.kv_read_end - lease.hit
                 in_place = False
-            self._flush(lease, dc, tags, deferred, pos, result, after_forward=True)
+            checkpoints.flush(lease, dc, tags, deferred, pos, result, after_forward=True)
             if end in planned:
-                self._checkpoint(lease, dc, tags, end, planned[end], deferred, result)
+                checkpoints.checkpoint(lease, dc, tags, end, planned[end], deferred, result)
             yield
         if logits is None or pos != n:
             raise IntegrityError(f"prefill stopped at {pos} of {n} tokens")
         result.prefill_s = time.perf_counter() - started
+        self.faults.end_request(lease.request_id)
         if self.publish:
             published = self.cache.publish(lease)
-            if published.cached_tokens:
-                self._scatter(lease.key, ns, dc, kv_start, pos, published.pages)
+            if published.cached_tokens and self.inject == "unwritten-publish":
+                # the bug: the prompt's pages are cached now but written only at finish
+                for kind, refs in published.pages.items():
+                    pages = self.store.pages[kind]
+                    stale = []
+                    for ref in refs:
+                        pages.ensure(ref.page)
+                        if pages.owner[ref.page] != tags.tag(ref.start + self.page_size):
+                            stale.append(ref.page)
+                    self.faults.pages_corrupted(kind, stale)
+            elif published.cached_tokens:
+                self.transfer.scatter(lease.key, ns, dc, kv_start, pos, published.pages)
         result.logits.append(logits)
         output = [int(torch.argmax(logits))]
         while len(output) < request.max_new_tokens:
@@ -279,9 +294,9 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
             logits = self.model.forward(dc, [token], pos)
             pos += 1
             tags = PrefixTags(ns, encode_tokens(tokens))
-            self._flush(lease, dc, tags, deferred, pos, result, after_forward=True)
+            checkpoints.flush(lease, dc, tags, deferred, pos, result, after_forward=True)
             if pos in planned:
-                self._checkpoint(lease, dc, tags, pos, planned[pos], deferred, result)
+                checkpoints.checkpoint(lease, dc, tags, pos, planned[pos], deferred, result)
             result.logits.append(logits)
             output.append(int(torch.argmax(logits)))
             yield
@@ -293,14 +308,14 @@ class Engine(CheckpointMixin, StoreTransferMixin, AccountingMixin):
             self.cache.extend(lease, fed)
         full_key = lease.full_key
         tags = PrefixTags(ns, full_key)
-        self._flush(lease, dc, tags, deferred, pos, result, after_forward=False, force=True)
+        checkpoints.flush(lease, dc, tags, deferred, pos, result, after_forward=False, force=True)
         running = lease.working.get("recurrent", ())
         if self.store.slots is not None and running and lease.plan.keep_final_state:
             # finish() keeps the last running slot as the end-of-request state (when the
             # request ends on a page boundary): it must hold the state after every fed token
-            self._write_state(dc, running[-1], tags.tag(lease.length))
+            self.transfer.write_state(dc, running[-1], tags.tag(lease.length))
         finished = self.cache.finish(lease)
-        self._scatter(full_key, ns, dc, kv_start, pos, finished.pages)
+        self.transfer.scatter(full_key, ns, dc, kv_start, pos, finished.pages)
 
     # ------------------------------------------------------------------ reference
     def run_cold(self, prompt: Sequence[int], max_new_tokens: int) -> RequestResult:

@@ -256,15 +256,3 @@ class TensorStore:
         self.slots = (
             StateSlots(layout.states, dtype, limits.get("recurrent")) if layout.states else None
         )
-
-    def tensor_bytes(self) -> int:
-        """Bytes of every allocated backing tensor (capacity, not live ids)."""
-        total = 0
-        for pages in self.pages.values():
-            for t in (*pages.k, *pages.v):
-                total += t.numel() * t.element_size()
-        if self.slots is not None:
-            for s in (*self.slots.conv, *self.slots.rec):
-                if s is not None:
-                    total += s.numel() * s.element_size()
-        return total

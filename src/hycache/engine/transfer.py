@@ -1,16 +1,16 @@
-"""Moving tensors between the model's cache object and the ``TensorStore`` (a mixin of
-``Engine``).
+"""``Transfer``: moving tensors between the model's cache object (``dc``) and the
+``TensorStore`` that backs the pool's ids.
 
-* restore: gather the KV pages of the path nodes up to the hit (SWA: only the window before
-  it) into a fresh ``DynamicCache`` and load the cached state into it (a copy: the store's slot
-  is never written by a reader), reporting owner-tag mismatches as violations;
+* restore: gather the KV pages a lease reuses (``Lease.reused_pages``; SWA: only the window
+  before the hit) into a fresh ``DynamicCache`` and load the cached state into it (a copy: the
+  store's slot is never written by a reader), reporting owner-tag mismatches as violations;
+* read in place: the full-attention KV a lease reads in place replaces the recomputed one;
 * state copies: read the running conv/recurrent state out of the model's cache and write it
   into a store slot with its owner tag;
-* scatter: after ``finish``, write the request's KV into every page of its cached path whose
-  owner tag is not this prefix.
+* scatter: write the request's KV into the pages ``publish``/``finish`` filed its tokens under
+  whose owner tag is not this prefix.
 
-Needs ``model``, ``cache``, ``store``, ``kv_components``, ``page_size``, ``window``,
-``check_owners`` and ``unfilled_pages`` set by ``Engine.__init__``.
+Every read and write is reported to the ``FaultLog`` so that injected faults are counted.
 """
 
 from __future__ import annotations
@@ -23,30 +23,34 @@ from hycache.errors import IntegrityError
 if TYPE_CHECKING:
     import torch
 
-    from hycache.cache.facade import HybridPrefixCache
     from hycache.cache.lease import Lease, PageRef
-    from hycache.components.full import PagedKVComponent
+    from hycache.engine.faults import FaultLog
     from hycache.engine.model import LoadedModel
     from hycache.engine.store import TensorStore
 
 
-class StoreTransferMixin:
+class Transfer:
     """KV gather/scatter and state copies between ``dc`` (the model's cache) and the store."""
 
-    model: LoadedModel
-    cache: HybridPrefixCache
-    store: TensorStore
-    kv_components: dict[str, PagedKVComponent]
-    page_size: int
-    window: int | None
-    check_owners: bool
-    unfilled_pages: int
+    def __init__(
+        self, model: LoadedModel, store: TensorStore, faults: FaultLog, *, check_owners: bool
+    ) -> None:
+        self.model = model
+        self.store = store
+        self.faults = faults
+        self.page_size = store.page_size
+        self.window = model.layout.window
+        self.check_owners = check_owners
+        #: pages filed for positions this request never computed (revived SWA KV), left
+        #: unclaimed so that a read of them is reported
+        self.unfilled_pages = 0
 
     # ------------------------------------------------------------------ restore
-    def _restore(
+    def restore(
         self, lease: Lease, dc: Any, tags: PrefixTags, violations: list[str]
     ) -> dict[str, int]:
-        """Load the reused prefix into ``dc``; per KV kind the first position loaded."""
+        """Load the reused prefix into ``dc``; per KV kind the first position loaded. Reports
+        a read of corrupted data to the fault log."""
         hit = lease.hit
         kv_start = dict.fromkeys(self.store.pages, 0)
         if hit == 0:
@@ -71,6 +75,7 @@ class StoreTransferMixin:
                         f"{kind} page {page_id} read for positions [{start}, {start + page})"
                         " holds another prefix's KV"
                     )
+            self.faults.pages_read(lease.request_id, kind, ids)
             keys, values = pages.read(ids)
             for i, layer in enumerate(pages.layers):
                 cache_layer = dc.layers[layer.index]
@@ -90,11 +95,12 @@ class StoreTransferMixin:
                 violations.append(
                     f"state slot {source} restored at position {hit} was not taken there"
                 )
+            self.faults.slot_read(lease.request_id, source)
             conv, rec = slots.read(source)
             self._load_state(dc, conv, rec)
         return kv_start
 
-    def _read_in_place(
+    def read_in_place(
         self,
         lease: Lease,
         dc: Any,
@@ -123,6 +129,7 @@ class StoreTransferMixin:
                     f"full page {ref.page} read in place for [{ref.start}, {ref.start + page})"
                     " holds another prefix's KV"
                 )
+        self.faults.pages_read(lease.request_id, "full", ids)
         keys, values = pages.read(ids)
         lo = lease.hit - kv_start["full"]
         hi = lease.kv_read_end - kv_start["full"]
@@ -148,7 +155,7 @@ class StoreTransferMixin:
                 layer.update_recurrent_state(state.unsqueeze(0), s.state_idx)
 
     # ------------------------------------------------------------------ state copies
-    def _read_state(self, dc: Any) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+    def read_state(self, dc: Any) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
         conv: list[torch.Tensor | None] = []
         rec: list[torch.Tensor | None] = []
         for s in self.model.layout.states:
@@ -159,13 +166,15 @@ class StoreTransferMixin:
             rec.append(None if state is None else state[0])
         return conv, rec
 
-    def _write_state(self, dc: Any, slot: int, tag: bytes) -> None:
-        assert self.store.slots is not None
-        conv, rec = self._read_state(dc)
+    def write_state(self, dc: Any, slot: int, tag: bytes) -> None:
+        if self.store.slots is None:
+            raise IntegrityError("a state copy on a model without recurrent layers")
+        conv, rec = self.read_state(dc)
         self.store.slots.write(slot, conv, rec, tag)
+        self.faults.slot_written(slot)
 
     # ------------------------------------------------------------------ scatter
-    def _scatter(
+    def scatter(
         self,
         full_key: bytes,
         ns: str | None,
@@ -210,7 +219,11 @@ class StoreTransferMixin:
                 cache_layer = dc.layers[layer.index]
                 sources_k.append(cache_layer.keys[0].transpose(0, 1))  # [T, *k_shape]
                 sources_v.append(cache_layer.values[0].transpose(0, 1))
-                assert sources_k[-1].shape[0] == kv_len - lo, (kind, sources_k[-1].shape, kv_len)
+                if sources_k[-1].shape[0] != kv_len - lo:
+                    raise IntegrityError(
+                        f"{kind}: the model holds {sources_k[-1].shape[0]} positions of KV, "
+                        f"expected [{lo}, {kv_len})"
+                    )
             if ids:
                 offsets = torch.tensor(starts, dtype=torch.long)[:, None] - lo
                 index = (offsets + torch.arange(page)[None]).flatten()
@@ -220,6 +233,7 @@ class StoreTransferMixin:
                     [s[index] for s in sources_v],
                     [tags.tag(s + page) for s in starts],
                 )
+                self.faults.pages_written(kind, ids)
             for page_id, start in partial:
                 valid = kv_len - start
                 pages.write_partial(
@@ -229,3 +243,4 @@ class StoreTransferMixin:
                     [s[start - lo : kv_len - lo] for s in sources_v],
                     tags.tag(start + page),
                 )
+                self.faults.pages_corrupted(kind, [page_id])

@@ -139,9 +139,6 @@ class MemoryPool:
         """Bytes charged but holding no data, over all live units."""
         return sum(n * (self.costs[k].charged - self.costs[k].data) for k, n in self.units.items())
 
-    def data_bytes(self, kind: str) -> int:
-        return self.units[kind] * self.costs[kind].data
-
     # ------------------------------------------------------------------ mutation
     def alloc(self, kind: str, count: int) -> Sequence[int]:
         """Take ``count`` units of ``kind``; CapacityError (nothing taken) if they do not fit."""

@@ -47,25 +47,6 @@ class SimulationConfig:
             resolve_knobs(preset, values)
 
 
-def parse_set_options(options: Sequence[str]) -> dict[str, dict[str, str]]:
-    """``["vllm.block_size=16", ...]`` -> ``{"vllm": {"block_size": "16"}}``; ConfigError on a
-    malformed option, an unknown preset or knob."""
-    knobs: dict[str, dict[str, str]] = {}
-    for option in options:
-        name, sep, value = option.partition("=")
-        preset, dot, knob = name.partition(".")
-        if not sep or not dot or not knob:
-            raise ConfigError(f"--set {option!r}: expected preset.knob=value")
-        if preset not in KNOBS:
-            raise ConfigError(f"--set {option!r}: unknown preset {preset!r}")
-        if knob not in KNOBS[preset]:
-            raise ConfigError(
-                f"--set {option!r}: unknown knob {preset}.{knob}; known: {', '.join(KNOBS[preset])}"
-            )
-        knobs.setdefault(preset, {})[knob] = value
-    return knobs
-
-
 def _bootstrap_window(
     source: Source, spec: ModelSpec, capacity: int, multiplier: int
 ) -> list[Request]:

@@ -1,0 +1,204 @@
+"""``run_verify``: every architecture x policy x workload through ``verify_cell``, one table
+per architecture, reuse by path (restored, published, read in place), injected faults counted,
+and the exit code (0 pass, 1 a difference or nothing reused, 3 the injected fault never fired).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hycache.engine.archs import init_model
+from hycache.engine.request import RequestResult
+from hycache.engine.verify import POLICIES, CellResult, verify_cell
+from hycache.errors import CapacityError, ConfigError
+
+
+def split_list(text: str, known: Sequence[str], what: str) -> list[str]:
+    """``"a,b"`` -> ["a", "b"]; ``"all"`` -> ``known``."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if items == ["all"]:
+        return list(known)
+    if not items:
+        raise ConfigError(f"--{what}: empty list")
+    return items
+
+
+def _fmt_delta(x: float) -> str:
+    return "0" if x == 0 else f"{x:.1e}"
+
+
+def table(cells: Sequence[CellResult]) -> str:
+    header = (
+        "arch",
+        "policy",
+        "workload",
+        "page",
+        "requests",
+        "prompt tok",
+        "reused tok",
+        "hits",
+        "evicted",
+        "max|delta|",
+        "mismatch",
+        "ties",
+        "violations",
+        "result",
+    )
+    rows = [
+        (
+            c.arch,
+            c.policy,
+            c.workload,
+            str(c.page_size),
+            str(c.requests) + (f" ({c.failed} failed)" if c.failed else ""),
+            str(c.prompt_tokens),
+            str(c.reused_tokens),
+            str(c.requests_hit),
+            str(c.evictions),
+            _fmt_delta(c.max_delta),
+            str(c.mismatches),
+            str(c.near_ties),
+            str(len(c.violations)),
+            "PASS" if c.passed else "FAIL",
+        )
+        for c in cells
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class VerifyOutcome:
+    cells: list[CellResult]
+    exit_code: int
+
+
+def run_verify(
+    archs: Sequence[str],
+    policies: Sequence[str],
+    workloads: Sequence[str],
+    *,
+    requests: int = 30,
+    seed: int = 0,
+    dtype: str = "float32",
+    inject: str | None = None,
+    capacity: int | None = None,
+    tolerance: float | None = None,
+    chunk: int = 64,
+    max_running: int = 2,
+    layers: int = 4,
+    hidden: int = 64,
+    model_dir: str | None = None,
+    check_owners: bool = True,
+    knobs: Mapping[str, Mapping[str, object]] | None = None,
+    echo: Callable[[str], None] = print,
+) -> VerifyOutcome:
+    """Verify every combination; print a table per architecture. Exit code 0 (all passed, and
+    something was reused), 1 (a difference, or nothing reused) or 3 (``inject`` given and the
+    fault never fired in any cell, and nothing differed). CapacityError when no request of a
+    cell fits the cache at all."""
+    from hycache.engine.model import load_model
+
+    for policy in policies:
+        if policy not in POLICIES:
+            raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    cells: list[CellResult] = []
+    with tempfile.TemporaryDirectory(prefix="hycache-verify-") as tmp:
+        for arch in archs:
+            if model_dir is not None:
+                directory = Path(model_dir)
+            else:
+                directory = init_model(
+                    arch, Path(tmp) / arch, layers=layers, hidden=hidden, seed=seed
+                )
+            model = load_model(directory, dtype=dtype)
+            label = arch if model_dir is None else f"{arch}:{directory.name}"
+            memo: dict[tuple[tuple[int, ...], int], RequestResult] = {}
+            arch_cells = []
+            for workload in workloads:
+                memo.clear()
+                for policy in policies:
+                    cell = verify_cell(
+                        model,
+                        label,
+                        policy,
+                        workload,
+                        requests=requests,
+                        seed=seed,
+                        capacity=capacity,
+                        chunk=chunk,
+                        inject=inject,
+                        tolerance=tolerance,
+                        max_running=max_running,
+                        check_owners=check_owners,
+                        knobs=(knobs or {}).get(policy),
+                        cold_memo=memo,
+                    )
+                    if cell.requests and cell.failed == cell.requests:
+                        raise CapacityError(
+                            f"{label}/{policy}/{workload}: no request fits a cache of "
+                            f"{cell.budget_bytes} bytes ({cell.details[0]}); raise --capacity"
+                        )
+                    arch_cells.append(cell)
+            cells += arch_cells
+            echo(f"\n== {label} ({model.model_type}, {dtype}) " + "=" * 40)
+            for note in model.notes:
+                echo(f"note: {note}")
+            echo(table(arch_cells))
+            for cell in arch_cells:
+                if cell.passed:
+                    lines = [d for d in cell.details if "near-tie" in d][:3]
+                else:
+                    lines = (cell.details + cell.violations)[:5]
+                for line in lines:
+                    echo(f"  {cell.policy}/{cell.workload}: {line}")
+    reused = sum(c.reused_tokens for c in cells)
+    failed = [c for c in cells if not c.passed]
+    tol = max((c.tolerance for c in cells), default=0.0)
+    worst = max((c.max_delta for c in cells), default=0.0)
+    echo(
+        f"\n{len(cells)} combination(s), {sum(c.requests for c in cells)} requests, "
+        f"{reused} prompt tokens reused from the cache, max |delta| {_fmt_delta(worst)} "
+        f"(tolerance {tol:g}), {sum(c.near_ties for c in cells)} near-tie(s)"
+    )
+    for policy in dict.fromkeys(c.policy for c in cells):
+        mine = [c for c in cells if c.policy == policy]
+        echo(
+            f"reused by path ({policy}): restored {sum(c.reused_tokens for c in mine)}, of "
+            f"which from published prefixes {sum(c.published_tokens for c in mine)}; "
+            f"read in place {sum(c.in_place_tokens for c in mine)}"
+        )
+    fired = sum(c.fired for c in cells)
+    if inject is not None:
+        stored = sum(c.stored for c in cells)
+        echo(f"fault injected: {inject}")
+        echo(
+            f"inject {inject}: fired {fired} times (hits that read corrupted data; "
+            f"{stored} corrupted entries stored)"
+        )
+    if failed:
+        echo(f"FAIL: {len(failed)} of {len(cells)} combination(s) differ from the cold run")
+        return VerifyOutcome(cells, 1)
+    if inject is not None and fired == 0:
+        echo(
+            f"fault not exercised: no hit read data corrupted by {inject} with these "
+            "policies and workloads, so this run cannot show that the verifier catches it"
+        )
+        return VerifyOutcome(cells, 3)
+    if reused == 0:
+        echo("FAIL: nothing was reused from the cache, so the comparison proves nothing")
+        return VerifyOutcome(cells, 1)
+    if inject is not None:
+        echo(
+            f"PASS: every cached run matches its cold run although {inject} fired {fired} "
+            "times: the verifier missed the fault"
+        )
+        return VerifyOutcome(cells, 0)
+    echo("PASS: every cached run matches its cold run")
+    return VerifyOutcome(cells, 0)
