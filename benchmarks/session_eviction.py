@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from hycache.cli.knobs import knob_overrides, parse_knob
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
-from hycache.sim.simulate import SimulationConfig, footprint_bytes, parse_set_options, run_policy
+from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.workloads import generate
 from hycache.spec.model import load_spec
 
@@ -39,7 +40,7 @@ def main() -> None:
     def source():  # type: ignore[no-untyped-def]
         return generate(name, requests=n, seed=0)
 
-    extra = parse_set_options(args.set)
+    extra = knob_overrides(parse_knob(option) for option in args.set)
     base = SimulationConfig(spec, CostModel(spec, hardware("h200")), reject_oversized=True)
     footprint = footprint_bytes(base, source)
     gaps = [None if g == "none" else float(g) for g in args.gaps.split(",")]
@@ -56,8 +57,8 @@ def main() -> None:
             capacity = int(footprint * float(percent) / 100)
             cells = []
             for _label, aware, gap in runs:
-                knobs = {p: dict(v) for p, v in extra.items()}
-                knobs.setdefault("hycache", {})["session_aware"] = str(aware).lower()
+                knobs: dict[str, dict[str, object]] = {p: dict(v) for p, v in extra.items()}
+                knobs.setdefault("hycache", {})["session_aware"] = aware
                 config = dataclasses.replace(base, mode=mode, knobs=knobs, session_idle_s=gap)
                 result: PolicyResult = run_policy(config, "hycache", capacity, source)
                 if result.capacity_overrun_bytes:

@@ -1,11 +1,12 @@
 """Sliding-window models: every preset's hit rate on a workload (before/after windows slide).
 
-    python benchmarks/swa_windows.py [--workload chat] [--requests 200] [--model gemma-3-27b]
-        [--modes serial,engine] [--capacities 5,10,20,40] [--footprint-gb X]
+    python benchmarks/swa_windows.py [--workload chat] [--requests 200]
+        [--model data/configs/gemma3/config.json] [--modes serial,engine]
+        [--capacities 5,10,20,40] [--footprint-gb X]
 
-``--model gemma-3-27b`` (the default) is Gemma 3 27B's published text config (62 layers, one
-full-attention layer in six, sliding window 1024, 16 KV heads of 128, bfloat16); any other
-value is passed to ``load_spec``. Capacities are percentages of the source's unlimited
+The default model is Gemma 3 27B's published config (62 layers, one full-attention layer in
+six, sliding window 1024, 16 KV heads of 128, bfloat16); ``--model`` takes what ``load_spec``
+takes. Capacities are percentages of the source's unlimited
 footprint (``footprint_bytes``), or of ``--footprint-gb`` when given, so that runs of two code
 versions compare at the same byte capacities. Per (mode, capacity): each preset's token hit
 rate, in engine mode also its TTFT p95.
@@ -20,42 +21,21 @@ from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.workloads import generate
-from hycache.spec.hf.parse import parse_hf_config
-from hycache.spec.model import ModelSpec, load_spec
+from hycache.spec.model import load_spec
 
-#: google/gemma-3-27b-it config.json, the text part (other fields: Gemma3TextConfig defaults)
-GEMMA_3_27B = {
-    "model_type": "gemma3_text",
-    "torch_dtype": "bfloat16",
-    "hidden_size": 5376,
-    "intermediate_size": 21504,
-    "num_hidden_layers": 62,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 16,
-    "head_dim": 128,
-    "sliding_window": 1024,
-    "sliding_window_pattern": 6,
-    "vocab_size": 262208,
-}
 PRESETS = ("vllm", "sglang", "marconi", "hycache")
-
-
-def spec_of(name: str) -> ModelSpec:
-    if name == "gemma-3-27b":
-        return parse_hf_config(GEMMA_3_27B, name=name)
-    return load_spec(name)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--workload", default="chat")
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--model", default="gemma-3-27b")
+    parser.add_argument("--model", default="data/configs/gemma3/config.json")
     parser.add_argument("--modes", default="serial,engine")
     parser.add_argument("--capacities", default="5,10,20,40")
     parser.add_argument("--footprint-gb", type=float)
     args = parser.parse_args()
-    spec = spec_of(args.model)
+    spec = load_spec(args.model)
     name, n = args.workload, args.requests
 
     def source():  # type: ignore[no-untyped-def]

@@ -164,23 +164,42 @@ def test_the_window_cap_lets_a_long_request_fit() -> None:
         whole.admit(seq(0, 1800), max_new_tokens=100)
 
 
-@settings(max_examples=60, deadline=None)
+def test_without_states_a_running_request_charges_its_prompt_and_one_window() -> None:
+    cache = direct_cache(full_swa_spec(), planner=Points(), page=PAGE, token_budget=32)
+    lease = cache.admit(seq(0, 300), max_new_tokens=200)
+    assert isinstance(lease, Lease)
+    assert len(lease.working["full"]) == 32  # 500 tokens
+    assert len(lease.working["swa"]) == 19 + 5  # the prompt's 19 pages; 64 / 16 + 1 of output
+    check(cache)
+    cache.abort(lease)
+    check(cache)
+
+
+@settings(max_examples=80, deadline=None)
 @given(
     window=st.integers(1, 200),
-    pages=st.integers(0, 400),
+    prompt=st.integers(1, 400),
+    output=st.integers(0, 400),
     chunk=st.one_of(st.none(), st.integers(1, 300)),
     page=st.sampled_from([1, 4, 16]),
+    keeps_prompt=st.booleans(),
 )
-def test_window_pages_never_exceed_the_request_nor_the_window_and_chunk(
-    window: int, pages: int, chunk: int | None, page: int
+def test_window_pages_cover_what_a_running_request_holds_at_once(
+    window: int, prompt: int, output: int, chunk: int | None, page: int, keeps_prompt: bool
 ) -> None:
-    got = window_pages(window, pages, chunk, page)
+    """Never more than all the request's pages; never less than what it holds at once: the
+    window before a chunk plus the chunk (with states), or the prompt plus a window of output
+    (without)."""
+    tokens = prompt + output
+    pages = -(-tokens // page)
+    got = window_pages(window, tokens, output, chunk, page, keeps_prompt=keeps_prompt)
     assert got <= pages
-    if chunk is None:
-        assert got == pages
+    if got == pages:
+        return
+    if keeps_prompt:
+        assert (got - -(-prompt // page)) * page >= window + page - 1
     else:
-        # the window before any chunk plus the chunk, however the chunk sits on pages
-        assert got == pages or got * page >= window - 1 + chunk + page - 1
+        assert chunk is not None and got * page >= window - 1 + chunk + page - 1
 
 
 def test_many_requests_hold_the_budget_and_leave_nothing_behind() -> None:

@@ -182,19 +182,22 @@ class Accounting:
 
     # ------------------------------------------------------------------ sizing
     def working_set(
-        self, tokens: int, kv_in_place: int = 0, chunk: int | None = None
+        self, tokens: int, kv_in_place: int = 0, chunk: int | None = None, output: int = 0
     ) -> dict[str, int]:
         """Units per kind a running request needs for ``tokens`` new tokens, the first
-        ``kv_in_place`` of which read cached full-attention KV in place (no pages of theirs),
-        prefilled in chunks of ``chunk`` tokens (None: one): sliding-window KV only for the
-        window before a chunk plus the chunk (``hycache.cache.windows``)."""
+        ``kv_in_place`` of which read cached full-attention KV in place (no pages of theirs)
+        and the last ``output`` of which it decodes, prefilled in chunks of ``chunk`` tokens
+        (None: one); sliding-window KV as ``hycache.cache.windows.window_pages`` says."""
         demand = {}
+        page = self.page_size
         for c in self.kv_components:
-            in_place = kv_in_place if isinstance(c, FullComponent) else 0
-            pages = _ceil_div(tokens - in_place, self.page_size)
             if isinstance(c, SlidingWindowComponent):
-                pages = window_pages(c.window, pages, chunk, self.page_size)
-            demand[c.kind] = pages
+                demand[c.kind] = window_pages(
+                    c.window, tokens, output, chunk, page, keeps_prompt=self.recurrent is None
+                )
+            else:
+                in_place = kv_in_place if isinstance(c, FullComponent) else 0
+                demand[c.kind] = _ceil_div(tokens - in_place, page)
         if self.recurrent is not None:
             demand["recurrent"] = self.running_slots
         return demand

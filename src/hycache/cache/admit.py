@@ -47,7 +47,9 @@ class Admitter:
 
     def check_fits(self, n: int, max_new_tokens: int, token_budget: int | None) -> None:
         """CapacityError if no empty pool could ever run the request (checked first)."""
-        whole = self.accounting.working_set(n + max_new_tokens, chunk=token_budget)
+        whole = self.accounting.working_set(
+            n + max_new_tokens, chunk=token_budget, output=max_new_tokens
+        )
         if not self.pool.fits_empty(whole):
             need = self.pool.demand_bytes(whole)
             raise CapacityError(
@@ -78,11 +80,13 @@ class Admitter:
         if in_place > hit:
             kv_locked = acc.split_at(key, in_place, namespace)
             self.tree.lock(kv_locked, hold_state=False)
-        demand = acc.working_set(n + max_new_tokens - hit, max(0, in_place - hit), token_budget)
+        demand = acc.working_set(
+            n + max_new_tokens - hit, max(0, in_place - hit), token_budget, max_new_tokens
+        )
         spare = int(kernel_grid and holds.wants_spare(key, namespace, hit, result))
         # The reused prefix's pages are part of the working set too: the request can only ever
         # run if its whole sequence fits (recomputed from scratch if need be).
-        whole = acc.working_set(n + max_new_tokens, chunk=token_budget)
+        whole = acc.working_set(n + max_new_tokens, chunk=token_budget, output=max_new_tokens)
         short = acc.ensure(holds.with_spare(demand, spare))
         if short and spare and not len(self.in_flight):
             spare = 0  # nothing in flight would ever free the spare's room: run without it

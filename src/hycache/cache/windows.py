@@ -16,11 +16,15 @@ rule in :mod:`hycache.components.swa`) with, for a request:
   a stored state, so the anchors say everything: SWA KV that no state, branch, prompt end or
   insert end reads is not kept.
 
-Working sets: a running request holds SWA KV for at most the window before its current chunk
-plus the chunk (vLLM's ``SlidingWindowManager.remove_skipped_blocks`` and SGLang's
-``_evict_swa`` free what falls out of a running request's window), so its reservation charges
-``ceil((W - 1 + chunk) / page) + 1`` pages per SWA group at most; with no chunk size (one
-chunk for the whole request) it charges every page.
+Working sets: a running request frees the SWA KV that falls out of its window and that no
+insert of its will keep (vLLM's ``SlidingWindowManager.remove_skipped_blocks``, SGLang's
+``_evict_swa``), so its reservation per SWA group is
+
+* with recurrent layers: the window before its current chunk plus the chunk,
+  ``ceil((W - 1 + chunk) / page) + 1`` pages at most (no chunk size: every page); what its
+  inserts keep beyond that (the windows before its states) is allocated when they run;
+* without: its whole prompt (the inserts keep it) plus, for its output, one window and a
+  page at most, ``ceil(W / page) + 1`` pages (SGLang's decoding request keeps no more).
 """
 
 from __future__ import annotations
@@ -51,9 +55,16 @@ def slide_args(
     return SlideArgs(lease.hit, anchors, 0 if has_states else lease.prompt_len)
 
 
-def window_pages(window: int, pages: int, chunk: int | None, page: int) -> int:
-    """Pages of one SWA group a running request reserves: ``pages`` (its new tokens') capped
-    at the window before a chunk of ``chunk`` tokens plus the chunk (None: no cap)."""
+def window_pages(
+    window: int, tokens: int, output: int, chunk: int | None, page: int, *, keeps_prompt: bool
+) -> int:
+    """Pages of one SWA group a running request reserves for ``tokens`` new tokens, the last
+    ``output`` of them decoded, prefilled in chunks of ``chunk`` (None: one); ``keeps_prompt``:
+    its inserts keep the prompt's SWA KV (no recurrent layers). Module docstring."""
+    pages = -(-tokens // page)
+    if keeps_prompt:
+        prompt = -(-(tokens - output) // page)
+        return min(pages, prompt + -(-window // page) + 1)
     if chunk is None:
         return pages
     return min(pages, -(-(window - 1 + chunk) // page) + 1)
