@@ -34,8 +34,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from hycache.conformance.reference import GroupConfig, Key, ReferenceCache
-from hycache.conformance.scenario import Slide
+from hycache.conformance.reference import GroupConfig, Key, ReferenceCache, Slide
 from hycache.conformance.tree_target import TreeTarget
 from hycache.errors import CacheUsageError
 from hycache.tree.base import MatchResult

@@ -20,9 +20,10 @@ from hycache.components.swa import SlidingWindowComponent
 from hycache.errors import IntegrityError
 from hycache.memory.pool import MemoryPool
 from hycache.policy.eviction.base import EvictionPolicy
+from hycache.tree.base import SlidePlan
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
-from hycache.tree.window import SlidePlan, plan_slide
+from hycache.tree.window import plan_slide
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -167,7 +168,7 @@ class Accounting:
         the tree under the plan: it may have removed path nodes the plan counted on."""
         while True:
             plan = self.plan_insert(key, ns, length, args)
-            if self.ensure(plan.units_by_kind(self.tree)):
+            if self.ensure(plan.units_by_kind()):
                 return None
             if plan.found.tree_version == self.tree.version:
                 return plan

@@ -99,7 +99,7 @@ class Inserter:
         key = key[: upto * TOKEN_BYTES]
         due_at = [p for p in lease.checkpoints if p <= upto]
         args = slide_args(lease, acc.page_size, has_states=self.states is not None, states=due_at)
-        need = acc.plan_insert(key, ns, upto, args).units_by_kind(self.tree)
+        need = acc.plan_insert(key, ns, upto, args).units_by_kind()
         moved: dict[str, int] = {}
         for kind, count in need.items():  # the pages move from the request to the tree
             ids = list(lease.working.get(kind, ()))

@@ -19,12 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from hycache.errors import CacheUsageError
-
-if TYPE_CHECKING:
-    from hycache.conformance.scenario import Slide
 
 Key = tuple[str | None, tuple[int, ...]]
 
@@ -35,6 +31,15 @@ class GroupConfig:
 
     kind: str
     window: int | None = None
+
+
+@dataclass(frozen=True)
+class Slide:
+    """How an insert slides windows: the request computed its tokens from ``start`` on; every
+    page boundary below ``prefix`` is a point a later request may resume at."""
+
+    start: int = 0
+    prefix: int = 0
 
 
 class ReferenceCache:

@@ -18,19 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from hycache.conformance.reference import GroupConfig
+from hycache.conformance.reference import GroupConfig, Slide
 from hycache.errors import CacheUsageError, ScenarioError
 
 GROUP_KINDS = ("full", "swa", "recurrent")
-
-
-@dataclass(frozen=True)
-class Slide:
-    """How an insert slides windows: the request computed its tokens from ``start`` on; every
-    page boundary below ``prefix`` is a point a later request may resume at."""
-
-    start: int = 0
-    prefix: int = 0
 
 
 @dataclass(frozen=True)

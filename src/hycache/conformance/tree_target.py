@@ -8,8 +8,7 @@ from hycache.components.base import Component
 from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.components.swa import SlidingWindowComponent
-from hycache.conformance.reference import GroupConfig
-from hycache.conformance.scenario import Slide
+from hycache.conformance.reference import GroupConfig, Slide
 from hycache.errors import CacheUsageError, IntegrityError
 from hycache.memory.unbounded import UnboundedStore
 from hycache.tree.node import Node

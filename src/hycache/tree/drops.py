@@ -8,18 +8,36 @@ way, and prune what becomes empty.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hycache.components.base import Component
 from hycache.errors import CacheUsageError
+from hycache.tree.base import MatchResult
 from hycache.tree.keys import TokenInput, encode_tokens
+from hycache.tree.node import Node
 
-if TYPE_CHECKING:
-    from hycache.tree.radix import RadixTree
+
+class Tree(Protocol):
+    """What the drops use of ``hycache.tree.radix.RadixTree``."""
+
+    @property
+    def page_size(self) -> int: ...
+
+    def match(self, tokens: TokenInput, namespace: str | None = None) -> MatchResult: ...
+
+    def split_at(self, tokens: TokenInput, length: int, namespace: str | None = None) -> Node: ...
+
+    def nodes_on(
+        self, tokens: TokenInput, namespace: str | None = None, *, length: int | None = None
+    ) -> list[Node]: ...
+
+    def pinned(self, node: Node, component: Component) -> bool: ...
+
+    def release(self, node: Node, component: Component) -> None: ...
 
 
 def release_range(
-    tree: RadixTree,
+    tree: Tree,
     component: Component,
     tokens: TokenInput,
     start: int,
@@ -36,7 +54,7 @@ def release_range(
             f"range [{start}, {end}) must be page-aligned (page_size {page}) and ordered"
         )
     key = encode_tokens(tokens)
-    _, matched = tree._walk(key, namespace)
+    matched = tree.match(key, namespace).matched
     stop = matched if end is None else min(end, matched)
     if start >= stop:
         return 0
@@ -56,7 +74,7 @@ def release_range(
 
 
 def release_state_at(
-    tree: RadixTree,
+    tree: Tree,
     component: Component,
     tokens: TokenInput,
     length: int,

@@ -9,13 +9,12 @@ A broken invariant raises IntegrityError; nothing is changed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
+from hycache.components.base import Component
 from hycache.errors import IntegrityError
 from hycache.tree.keys import TOKEN_BYTES
-
-if TYPE_CHECKING:
-    from hycache.tree.radix import RadixTree
+from hycache.tree.node import Node
 
 
 def _require(condition: object, message: str) -> None:
@@ -23,11 +22,13 @@ def _require(condition: object, message: str) -> None:
         raise IntegrityError(message)
 
 
-def check_tree(tree: RadixTree) -> None:
-    """IntegrityError on the first broken invariant of ``tree`` (module docstring)."""
-    page = tree.page_size
+def check_tree(
+    page: int, components: Sequence[Component], roots: Mapping[str | None, Node]
+) -> None:
+    """IntegrityError on the first broken invariant of the tree of ``page``-token pages,
+    ``components`` and ``roots`` (one per namespace) (module docstring)."""
     page_bytes = page * TOKEN_BYTES
-    for namespace, root in tree._roots.items():
+    for namespace, root in roots.items():
         _require(
             root.parent is None and root.start == root.end == 0 and not root.key,
             f"root of {namespace!r} is not an empty node at 0",
@@ -57,7 +58,7 @@ def check_tree(tree: RadixTree) -> None:
                     child.children or child.lock_ref or any(d is not None for d in child.data),
                     f"empty leaf {child} was not pruned",
                 )
-                for component in tree.components:
+                for component in components:
                     component.check_node(child)
                 child_locks += child.lock_ref
                 stack.append(child)

@@ -12,18 +12,14 @@ all accept).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from hycache.components.base import Component
 from hycache.errors import CacheUsageError, IntegrityError
-from hycache.tree.base import MatchResult
+from hycache.tree.base import MatchResult, SlidePlan
 from hycache.tree.drops import release_range, release_state_at
 from hycache.tree.integrity import check_tree
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, TokenKey, encode_tokens
 from hycache.tree.node import Node
-
-if TYPE_CHECKING:
-    from hycache.tree.window import SlidePlan
 
 
 class RadixTree:
@@ -416,7 +412,7 @@ class RadixTree:
     def check_integrity(self) -> None:
         """Check every structural invariant of the tree and of every component's data
         (:func:`hycache.tree.integrity.check_tree`)."""
-        check_tree(self)
+        check_tree(self.page_size, self.components, self._roots)
 
     # ------------------------------------------------------------------ path-level drops
     def release_range(

@@ -18,40 +18,11 @@ and leaves at p. The window rule itself is the components' (see
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from hycache.errors import CacheUsageError
-from hycache.tree.base import MatchResult
+from hycache.tree.base import MatchResult, Ranges, SlidePlan
 from hycache.tree.keys import TOKEN_BYTES
 from hycache.tree.radix import RadixTree
-
-Ranges = tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True)
-class SlidePlan:
-    """What ``RadixTree.insert(..., slide=self)`` fills. ``length``: page-aligned end of the
-    insert. ``start``: first position the inserting request computed. ``anchors``: sorted
-    resume points; ``prefix``: every page boundary below it is one too. ``ranges[slot]``:
-    the ranges component ``slot`` fills (None: all).
-    ``units[slot]``: store units the insert will take for it. ``found``: the match it was
-    planned on (its ``tree_version`` must still be the tree's)."""
-
-    length: int
-    start: int
-    anchors: tuple[int, ...]
-    prefix: int
-    ranges: tuple[Ranges | None, ...]
-    units: tuple[int, ...]
-    found: MatchResult
-
-    def units_by_kind(self, tree: RadixTree) -> dict[str, int]:
-        """Store units per component kind (what a pool is asked for), zero kinds left out."""
-        need: dict[str, int] = {}
-        for component, units in zip(tree.components, self.units, strict=True):
-            if units:
-                need[component.kind] = need.get(component.kind, 0) + units
-        return need
 
 
 def branch_points(found: MatchResult, length: int) -> list[int]:
@@ -142,4 +113,5 @@ def plan_slide(
         gaps = _absent(tree, found, component.slot, length)
         tokens = _overlap(gaps, ((0, length),) if spans is None else spans)
         units.append(component.units_for(tokens))
-    return SlidePlan(length, start, ordered, prefix, tuple(ranges), tuple(units), found)
+    kinds = tuple(c.kind for c in tree.components)
+    return SlidePlan(length, start, ordered, prefix, tuple(ranges), tuple(units), kinds, found)
