@@ -234,3 +234,21 @@ def test_malformed_files_are_not_run(tmp_path: Path) -> None:
     error = _load_error(_write(tmp_path, _scenario(steps)))
     assert "steps[2]" in error.reason
     assert "extra" in error.reason
+
+
+@pytest.mark.parametrize(
+    ("slide", "where"),
+    [
+        ({"from": 2}, "steps[0].slide.from"),  # not a multiple of page_size 4
+        ({"start": 0}, "steps[0].slide"),  # unknown key
+        ("yes", "steps[0].slide"),
+    ],
+)
+def test_malformed_slide(tmp_path: Path, slide: object, where: str) -> None:
+    obj = _scenario(
+        [{"insert": [1, 2, 3, 4, 5, 6, 7, 8], "slide": slide}],
+        page_size=4,
+        groups=[{"kind": "full"}, {"kind": "swa", "window": 4}],
+    )
+    error = _load_error(_write(tmp_path, obj))
+    assert where in error.reason

@@ -11,12 +11,13 @@ sequence of operations on up to three requests in flight at once:
 
 After every operation: ``cache.check_integrity()``; no pool resource is over its budget; every
 request in flight still has its locked path attached with the same KV pages and the same state
-(locked entries are never evicted). At admission the lease's hit is checked structurally
-(page-aligned, <= prompt - 1, KV of every component on the locked path, a state exactly at the
-hit) and against the brute-force ``ReferenceCache`` rebuilt from the tree's content; after each
-finish, ``cache.lookup`` is compared with that reference on many queries, and what finish
-reports as stored must be in the tree (never half-inserted). At the end every request is
-finished or aborted and ``cache.clear()`` must leave every pool empty.
+(locked entries are never evicted; an SWA tombstone on it, outside the window, may be
+revived). At admission the lease's hit is checked structurally (page-aligned, <= prompt - 1,
+full-attention KV on the whole locked path, SWA KV in the window before the hit, a state
+exactly at the hit) and against the brute-force ``ReferenceCache`` rebuilt from the tree's
+content; after each finish, ``cache.lookup`` is compared with that reference on many queries,
+and what finish reports as stored must be in the tree (never half-inserted). At the end every
+request is finished or aborted and ``cache.clear()`` must leave every pool empty.
 
 ``HYCACHE_WORKLOAD_EXAMPLES`` sets the examples per preset (default 100) for longer hunts.
 """
@@ -218,18 +219,23 @@ class Live:
     lease: Lease
     prompt: list[int]
     output: list[int]
-    pages: dict[str, list[int]]
+    pages: dict[str, list[int | None]]
     state: int | None
     fed: int = 0
 
 
-def _kv_pages(cache: HybridPrefixCache, node: Node | None) -> dict[str, list[int]]:
-    pages: dict[str, list[int]] = {c.name: [] for c in cache.kv_components}
+def _kv_pages(cache: HybridPrefixCache, node: Node | None) -> dict[str, list[int | None]]:
+    """The KV page ids on the locked path, per component, one entry per page; a page of an SWA
+    tombstone (windows slide: no request reads it from this hit) is None."""
+    pages: dict[str, list[int | None]] = {c.name: [] for c in cache.kv_components}
     if node is None:
         return pages
     for n in node.path_from_root():
         for c in cache.kv_components:
             data = n.data[c.slot]
+            if data is None and isinstance(c, SlidingWindowComponent):
+                pages[c.name].extend([None] * (n.length // cache.page_size))
+                continue
             assert data is not None, f"{c.name} data missing on locked {n}"
             pages[c.name].extend(data)
     return pages
@@ -248,7 +254,12 @@ def _check_locked(cache: HybridPrefixCache, live: Live) -> None:
         walk = walk.parent
     assert walk is root
     assert node.end == lease.hit
-    assert _kv_pages(cache, node) == live.pages, "locked KV pages changed"
+    now = _kv_pages(cache, node)
+    for name, before in live.pages.items():  # a tombstone may come back, nothing may change
+        assert len(now[name]) == len(before), f"locked {name} path changed length"
+        assert all(b is None or a == b for a, b in zip(now[name], before, strict=True)), (
+            f"locked {name} KV pages changed"
+        )
     if cache.recurrent is not None:
         assert cache.recurrent.state_of(node) == live.state, "locked state changed"
 
@@ -272,7 +283,8 @@ def _check_admitted(cache: HybridPrefixCache, lease: Lease, prompt: list[int]) -
     assert _path_tokens(node) == prompt[:h]
     for n_ in node.path_from_root():
         for c in cache.kv_components:
-            assert c.has(n_), f"hit {h} but {c.name} KV missing on {n_}"
+            if not isinstance(c, SlidingWindowComponent):  # SWA: only the window (below)
+                assert c.has(n_), f"hit {h} but {c.name} KV missing on {n_}"
     for c in cache.kv_components:
         if isinstance(c, SlidingWindowComponent):
             assert c.deepest_accepted(node.path_from_root(), h) == h

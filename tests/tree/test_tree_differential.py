@@ -1,7 +1,8 @@
 """Differential fuzzing: the radix tree (TreeTarget) against the brute-force ReferenceCache.
 
-Random sequences of insert / match / drop_recurrent / drop_swa / drop_full / lock / unlock run
-on both models with the same arguments. After every step:
+Random sequences of insert / slide (an insert that slides windows, from a random start) /
+match / drop_recurrent / drop_swa / drop_full / lock / unlock run on both models with the same
+arguments. After every step:
 
 * both raised CacheUsageError or neither did;
 * the cached content is identical (every (namespace, prefix) entry of every group), which also
@@ -33,7 +34,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from hycache.conformance.reference import GroupConfig, Key, ReferenceCache
+from hycache.conformance.reference import GroupConfig, Key, ReferenceCache, Slide
 from hycache.conformance.tree_target import TreeTarget
 from hycache.errors import CacheUsageError
 from hycache.tree.base import MatchResult
@@ -66,8 +67,8 @@ HEAVY = {"FSR", "FSSR"}
 
 @dataclass(frozen=True)
 class Op:
-    """One step. ``kind`` is insert | match | drop_recurrent | drop_swa | drop_full | lock |
-    unlock; the integer fields are interpreted per kind (see ``_run_op``)."""
+    """One step. ``kind`` is insert | slide | match | drop_recurrent | drop_swa | drop_full |
+    lock | unlock; the integer fields are interpreted per kind (see ``_run_op``)."""
 
     kind: str
     tokens: tuple[int, ...]
@@ -78,7 +79,9 @@ class Op:
     raw: bool = False  # use a/b as given (may be invalid) instead of deriving valid positions
 
     def __repr__(self) -> str:
-        extra = f" a={self.a} b={self.b}" if self.kind != "insert" else f" states={self.states}"
+        extra = f" a={self.a} b={self.b}"
+        if self.kind in ("insert", "slide"):
+            extra = f" states={self.states}" + (extra if self.kind == "slide" else "")
         raw = " raw" if self.raw else ""
         return f"{self.kind}({list(self.tokens)}, ns={self.namespace!r}{extra}{raw})"
 
@@ -134,7 +137,7 @@ def _op(
     raw = draw(RAW) == 9  # ~10%: raw, possibly invalid arguments
     a, b = draw(position), draw(position)
     states: tuple[int, ...] = ()
-    if (kind == "insert" and has_recurrent) or raw:
+    if (kind in ("insert", "slide") and has_recurrent) or raw:
         states = draw(states_at)
     return Op(kind, toks, ns, a, b, states, raw)
 
@@ -174,7 +177,7 @@ def examples(draw: st.DrawFn, kinds: tuple[str, ...], page: int, max_len: int) -
     cut = st.one_of(st.sampled_from(cuts), any_cut)
     tail = st.one_of(st.just(()), st.lists(ALPHABET, max_size=tail_size).map(tuple))
     has_recurrent = "recurrent" in kinds
-    weights = {"insert": 4, "match": 1, "lock": 2, "unlock": 1}
+    weights = {"insert": 4, "slide": 3, "match": 1, "lock": 2, "unlock": 1}
     for kind in ("full", "swa", "recurrent"):
         weights[f"drop_{kind}"] = 3 if kind in kinds else 1  # absent kinds: refused on both
     op_kind = st.sampled_from([k for k, w in weights.items() for _ in range(w)])
@@ -306,6 +309,20 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
             "insert",
             lambda: pair.tree.insert(toks, states, ns),
             lambda: pair.ref.insert(toks, states, ns),
+        )
+    elif op.kind == "slide":
+        states = list(op.states) if op.raw else [pos(s, aligned_n) or page for s in op.states]
+        if not op.raw:
+            states = [s for s in states if s <= aligned_n]
+        if op.raw:
+            slide = Slide(op.a, op.b)
+        else:  # half from 0, a third with every page boundary of a prefix a resume point
+            start = 0 if op.b % 2 else pos(op.a, aligned_n)
+            slide = Slide(start, pos(op.b, aligned_n) if op.b % 3 == 0 else 0)
+        outcome = pair.both(
+            "slide",
+            lambda: pair.tree.insert(toks, states, ns, slide),
+            lambda: pair.ref.insert(toks, states, ns, slide),
         )
     elif op.kind == "match":
         pass  # compared below

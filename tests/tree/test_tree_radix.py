@@ -11,7 +11,7 @@ from hycache.components.base import Component
 from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.components.swa import SlidingWindowComponent
-from hycache.errors import CacheUsageError
+from hycache.errors import CacheUsageError, IntegrityError
 from hycache.memory.unbounded import UnboundedStore
 from hycache.tree.keys import encode_tokens
 from hycache.tree.node import Node
@@ -224,7 +224,7 @@ def test_integrity_catches_a_state_lock_without_a_lock() -> None:
     f.tree.insert(tokens)
     node = f.put_state(tokens, 4)
     node.state_ref = 1  # corrupt: a state lock that no lock ending here carries
-    with pytest.raises(AssertionError, match="state locks beyond"):
+    with pytest.raises(IntegrityError, match="state locks beyond"):
         f.tree.check_integrity()
 
 
@@ -262,10 +262,10 @@ def test_unlock_keeps_leaves_with_data_and_nodes_with_children() -> None:
     f.check()
 
 
-def test_unlock_of_unlocked_node_is_an_internal_error() -> None:
+def test_unlock_of_unlocked_node_is_refused() -> None:
     f = Fixture()
     (node,) = f.tree.insert([1, 2])
-    with pytest.raises(AssertionError):
+    with pytest.raises(CacheUsageError):
         f.tree.unlock(node)
 
 
@@ -437,5 +437,5 @@ def test_check_integrity_catches_corruption(
     f = _built()
     f.tree.check_integrity()
     corrupt(f)
-    with pytest.raises(AssertionError, match=message):
+    with pytest.raises(IntegrityError, match=message):
         f.tree.check_integrity()

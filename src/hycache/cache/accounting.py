@@ -12,15 +12,18 @@ from __future__ import annotations
 
 from hycache.cache.registry import InFlight, NodeNotes
 from hycache.cache.stats import Counters
+from hycache.cache.windows import SlideArgs, window_pages
 from hycache.components.base import Component
 from hycache.components.full import FullComponent, PagedKVComponent
 from hycache.components.recurrent import RecurrentComponent
+from hycache.components.swa import SlidingWindowComponent
 from hycache.errors import IntegrityError
 from hycache.memory.pool import MemoryPool
 from hycache.policy.eviction.base import EvictionPolicy
-from hycache.tree.base import MatchResult
+from hycache.tree.base import SlidePlan
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
+from hycache.tree.window import plan_slide
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -152,40 +155,53 @@ class Accounting:
             if component.has(upper):
                 self.eviction.on_insert(upper, component)
 
-    def insert_path(self, key: bytes, ns: str | None, found: MatchResult) -> list[Node]:
-        """Insert ``key`` (room for its pages already made) and register its KV entries."""
-        path = self.tree.insert(key, ns, after=found)
+    def plan_insert(self, key: bytes, ns: str | None, length: int, args: SlideArgs) -> SlidePlan:
+        """The plan of inserting ``key[:length]`` sliding windows (pure)."""
+        found = self.tree.match(key, ns)
+        return plan_slide(
+            self.tree, found, length, start=args.start, anchors=args.anchors, prefix=args.prefix
+        )
+
+    def place(self, key: bytes, ns: str | None, length: int, args: SlideArgs) -> SlidePlan | None:
+        """Plan the insert of ``key[:length]`` and make room for it; None (nothing evicted
+        beyond what a first try did) when eviction cannot. Plans again while eviction changed
+        the tree under the plan: it may have removed path nodes the plan counted on."""
+        while True:
+            plan = self.plan_insert(key, ns, length, args)
+            if self.ensure(plan.units_by_kind()):
+                return None
+            if plan.found.tree_version == self.tree.version:
+                return plan
+
+    def insert_path(self, key: bytes, ns: str | None, plan: SlidePlan) -> list[Node]:
+        """Insert ``key`` as ``plan`` says (room already made) and register its KV entries."""
+        path = self.tree.insert(key, ns, slide=plan)
         for node in path:
             for component in self.kv_components:
                 self.eviction.on_insert(node, component)
         return path
 
     # ------------------------------------------------------------------ sizing
-    def working_set(self, tokens: int, kv_in_place: int = 0) -> dict[str, int]:
+    def working_set(
+        self, tokens: int, kv_in_place: int = 0, chunk: int | None = None, output: int = 0
+    ) -> dict[str, int]:
         """Units per kind a running request needs for ``tokens`` new tokens, the first
-        ``kv_in_place`` of which read cached full-attention KV in place (no pages of theirs)."""
-        demand = {
-            c.kind: _ceil_div(
-                tokens - (kv_in_place if isinstance(c, FullComponent) else 0), self.page_size
-            )
-            for c in self.kv_components
-        }
+        ``kv_in_place`` of which read cached full-attention KV in place (no pages of theirs)
+        and the last ``output`` of which it decodes, prefilled in chunks of ``chunk`` tokens
+        (None: one); sliding-window KV as ``hycache.cache.windows.window_pages`` says."""
+        demand = {}
+        page = self.page_size
+        for c in self.kv_components:
+            if isinstance(c, SlidingWindowComponent):
+                demand[c.kind] = window_pages(
+                    c.window, tokens, output, chunk, page, keeps_prompt=self.recurrent is None
+                )
+            else:
+                in_place = kv_in_place if isinstance(c, FullComponent) else 0
+                demand[c.kind] = _ceil_div(tokens - in_place, page)
         if self.recurrent is not None:
             demand["recurrent"] = self.running_slots
         return demand
-
-    def pages_needed(self, found: MatchResult, length: int) -> dict[str, int]:
-        """KV pages per kind an insert of ``length`` tokens would allocate, given the match
-        ``found`` of exactly those tokens."""
-        if not length:
-            return {}
-        need = {}
-        for component in self.kv_components:
-            revive = sum(
-                n.length for n in found.path if n.end <= found.matched and not component.has(n)
-            )
-            need[component.kind] = (length - found.matched + revive) // self.page_size
-        return need
 
     def occupancy(self) -> tuple[int, int]:
         """Bytes charged now for KV pages and for states (cached and in flight)."""

@@ -45,9 +45,11 @@ class Admitter:
         self.eviction = eviction
         self.kernel_chunk = kernel_chunk
 
-    def check_fits(self, n: int, max_new_tokens: int) -> None:
+    def check_fits(self, n: int, max_new_tokens: int, token_budget: int | None) -> None:
         """CapacityError if no empty pool could ever run the request (checked first)."""
-        whole = self.accounting.working_set(n + max_new_tokens)
+        whole = self.accounting.working_set(
+            n + max_new_tokens, chunk=token_budget, output=max_new_tokens
+        )
         if not self.pool.fits_empty(whole):
             need = self.pool.demand_bytes(whole)
             raise CapacityError(
@@ -65,7 +67,7 @@ class Admitter:
         kernel_grid: bool,
     ) -> Lease | Wait:
         n = len(key) // TOKEN_BYTES
-        self.check_fits(n, max_new_tokens)
+        self.check_fits(n, max_new_tokens, token_budget)
         self.in_flight.tick()
         acc, holds = self.accounting, self.holds
         result = self.tree.match(key[: (n - 1) * TOKEN_BYTES], namespace)
@@ -78,11 +80,13 @@ class Admitter:
         if in_place > hit:
             kv_locked = acc.split_at(key, in_place, namespace)
             self.tree.lock(kv_locked, hold_state=False)
-        demand = acc.working_set(n + max_new_tokens - hit, max(0, in_place - hit))
+        demand = acc.working_set(
+            n + max_new_tokens - hit, max(0, in_place - hit), token_budget, max_new_tokens
+        )
         spare = int(kernel_grid and holds.wants_spare(key, namespace, hit, result))
         # The reused prefix's pages are part of the working set too: the request can only ever
         # run if its whole sequence fits (recomputed from scratch if need be).
-        whole = acc.working_set(n + max_new_tokens)
+        whole = acc.working_set(n + max_new_tokens, chunk=token_budget, output=max_new_tokens)
         short = acc.ensure(holds.with_spare(demand, spare))
         if short and spare and not len(self.in_flight):
             spare = 0  # nothing in flight would ever free the spare's room: run without it

@@ -2,7 +2,8 @@
 ``publish`` (the prompt, when the prefill ends).
 
 Never half-inserts: if the KV cannot be placed, nothing is, and the slots of states that are
-not stored go back to the pool.
+not stored go back to the pool. Both slide windows: SWA KV no later request can read is
+inserted as a tombstone (``hycache.cache.windows``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from hycache.cache.holds import Holds
 from hycache.cache.lease import FinishResult, Lease, PageRef, PublishResult
 from hycache.cache.registry import InFlight, NodeNotes
 from hycache.cache.states import StateStore
+from hycache.cache.windows import slide_args
 from hycache.tree.keys import TOKEN_BYTES
 from hycache.tree.node import Node
 
@@ -52,10 +54,6 @@ class Inserter:
         for component in acc.kv_components:
             self.pool.free(component.kind, lease.working.pop(component.kind))
         key = key[: cached * TOKEN_BYTES]
-        found = self.tree.match(key, ns)
-        if acc.ensure(acc.pages_needed(found, cached)):
-            cached = 0  # cannot place the KV: store nothing
-        path = acc.insert_path(key, ns, found) if cached else []
         candidates = dict(lease.checkpoints)
         lease.checkpoints = {}
         final = lease.final_state_slot
@@ -69,6 +67,11 @@ class Inserter:
         ):
             running.remove(final)
             candidates[total] = (final, "final")
+        args = slide_args(lease, page, has_states=self.states is not None, states=candidates)
+        plan = acc.place(key, ns, cached, args) if cached else None
+        if plan is None:
+            cached = 0  # cannot place the KV: store nothing
+        path = acc.insert_path(key, ns, plan) if plan is not None else []
         inserted, refused = self._store(path, key, ns, candidates, cached)
         if running:
             self.pool.free("recurrent", running)
@@ -95,19 +98,21 @@ class Inserter:
         if upto <= lease.hit:
             return PublishResult(0, ())
         key = key[: upto * TOKEN_BYTES]
-        found = self.tree.match(key, ns)
-        need = acc.pages_needed(found, upto)
+        due_at = [p for p in lease.checkpoints if p <= upto]
+        args = slide_args(lease, acc.page_size, has_states=self.states is not None, states=due_at)
+        need = acc.plan_insert(key, ns, upto, args).units_by_kind()
         moved: dict[str, int] = {}
         for kind, count in need.items():  # the pages move from the request to the tree
             ids = list(lease.working.get(kind, ()))
             moved[kind] = min(count, len(ids))
             self.pool.free(kind, ids[: moved[kind]])
             lease.working[kind] = ids[moved[kind] :]
-        if acc.ensure(need):
+        plan = acc.place(key, ns, upto, args)
+        if plan is None:
             for kind, count in moved.items():  # cannot place them: take the pages back
                 lease.working[kind] = [*lease.working[kind], *self.pool.alloc(kind, count)]
             return PublishResult(0, ())
-        path = acc.insert_path(key, ns, found)
+        path = acc.insert_path(key, ns, plan)
         due = {p: lease.checkpoints.pop(p) for p in sorted(lease.checkpoints) if p <= upto}
         stored, _refused = self._store(path, key, ns, due, upto)
         lease.published = [self.tree.boundary_on_path(path, p) for p in stored]  # no split:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hycache.cli.fit import Capacity, check_capacities, resolve
 from hycache.cli.knobs import add_knob_option, check_knobs_apply, knob_overrides, policies_arg
-from hycache.cli.numbers import positive_int
+from hycache.cli.numbers import non_negative_float, positive_int
 from hycache.cli.output import check_distinct, output_arg, write_atomically
 from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
@@ -73,6 +73,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
     parser.add_argument("--report", type=output_arg, help="write a self-contained HTML report")
     parser.add_argument("--progress", action="store_true", help="force progress bars")
+    parser.add_argument(
+        "--session-idle-s",
+        type=idle_seconds_arg,
+        default=None,
+        help="end a session idle this many seconds of trace time (default none: never, as "
+        "SGLang without a session timeout)",
+    )
+
+
+def idle_seconds_arg(text: str) -> float | None:
+    """``none`` or a finite number of seconds >= 0."""
+    if text.strip().lower() == "none":
+        return None
+    return non_negative_float(text)
 
 
 def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
@@ -109,6 +123,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         knobs=knobs,
         progress=True if args.progress else None,
         reject_oversized=True,
+        session_idle_s=args.session_idle_s,
     )
 
 

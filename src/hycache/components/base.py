@@ -14,7 +14,14 @@ does not change. The tree calls:
 * ``deepest_accepted(path, bound)``  the validator: the deepest page-aligned prefix length
                          ``p <= bound`` this component can restore along ``path`` (nodes from the
                          root down, the last possibly only partly matched). 0 always qualifies.
-* ``check_node(node)``   assert the component's invariants on one node.
+* ``check_node(node)``   check the component's invariants on one node (IntegrityError).
+
+An insert that slides windows (``RadixTree.insert(..., slide=plan)``, see
+:mod:`hycache.tree.window`) asks two more things: ``fill_ranges(anchors, start, end, prefix)``, the
+positions whose data the insert makes present (None: every position, the default), and
+``units_for(tokens)``, the store units that data takes for ``tokens`` positions (to size the
+insert before it runs). ``marks_resume_point`` says that the component's data at a node is a
+point a later request can resume from (a recurrent state): an anchor of the window rule.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
 
+from hycache.errors import CacheUsageError
 from hycache.tree.node import Node
 
 
@@ -37,6 +45,9 @@ class Component(ABC):
     #: KV: the request reads it); False when only a lock ending at the node does (a state:
     #: a request only copies the state it resumes from, as SGLang's MAMBA locks one node).
     pinned_on_path: ClassVar[bool] = True
+    #: True when data at a node is a point a request can resume from (a recurrent state at
+    #: ``node.end``): inserts that slide windows keep attention windows before such points.
+    marks_resume_point: ClassVar[bool] = False
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.kind
@@ -45,13 +56,15 @@ class Component(ABC):
 
     def bind(self, slot: int, page_size: int) -> None:
         """Called once by the tree: where this component's data lives in ``node.data``."""
-        assert self._slot is None, f"component {self.name} is already bound to a tree"
+        if self._slot is not None:
+            raise CacheUsageError(f"component {self.name} is already bound to a tree")
         self._slot = slot
         self.page_size = page_size
 
     @property
     def slot(self) -> int:
-        assert self._slot is not None, f"component {self.name} is not bound to a tree"
+        if self._slot is None:
+            raise CacheUsageError(f"component {self.name} is not bound to a tree")
         return self._slot
 
     def has(self, node: Node) -> bool:
@@ -61,6 +74,21 @@ class Component(ABC):
     def fill(self, node: Node) -> bool:
         """Make data present for the node's positions; return True if it was newly made."""
         return False
+
+    def units_for(self, tokens: int) -> int:
+        """Store units ``fill`` takes for ``tokens`` (page-aligned) positions; 0 if it fills
+        nothing."""
+        return 0
+
+    def fill_ranges(
+        self, anchors: Sequence[int], start: int, end: int, prefix: int = 0
+    ) -> Sequence[tuple[int, int]] | None:
+        """For an insert of ``[0, end)`` that slides windows: the page-aligned, sorted,
+        disjoint position ranges whose data it makes present, given the points a later request
+        could resume at (``anchors``, each in ``(0, end]``; besides, every page boundary below
+        ``prefix``) and the first position the inserting request computed (``start``). None
+        (the default): every position of the path, as a plain insert."""
+        return None
 
     @abstractmethod
     def split(self, upper: Node, lower: Node) -> None: ...
@@ -77,4 +105,4 @@ class Component(ABC):
 
     @abstractmethod
     def check_node(self, node: Node) -> None:
-        """Assert the component's invariants on ``node``."""
+        """Check the component's invariants on ``node``; IntegrityError if one is broken."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from hycache.components.base import Component
+from hycache.errors import IntegrityError
 from hycache.memory.base import PageStore
 from hycache.tree.node import Node
 
@@ -30,6 +31,9 @@ class PagedKVComponent(Component):
         node.data[slot] = self.store.alloc_pages(node.length // self.page_size)
         return True
 
+    def units_for(self, tokens: int) -> int:
+        return tokens // self.page_size
+
     def split(self, upper: Node, lower: Node) -> None:
         slot = self.slot
         pages: Sequence[int] | None = lower.data[slot]
@@ -52,8 +56,8 @@ class PagedKVComponent(Component):
 
     def check_node(self, node: Node) -> None:
         pages: Sequence[int] | None = node.data[self.slot]
-        if pages is not None:
-            assert len(pages) * self.page_size == node.length, (
+        if pages is not None and len(pages) * self.page_size != node.length:
+            raise IntegrityError(
                 f"{self.name}: {node} holds {len(pages)} pages for {node.length} tokens"
             )
 

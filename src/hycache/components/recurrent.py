@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from hycache.components.base import Component
+from hycache.errors import IntegrityError
 from hycache.memory.base import SlotStore
 from hycache.tree.node import Node
 
@@ -18,6 +19,7 @@ from hycache.tree.node import Node
 class RecurrentComponent(Component):
     kind: ClassVar[str] = "recurrent"
     pinned_on_path: ClassVar[bool] = False
+    marks_resume_point: ClassVar[bool] = True
 
     def __init__(
         self, store: SlotStore, *, bytes_per_state: int = 0, name: str | None = None
@@ -68,8 +70,10 @@ class RecurrentComponent(Component):
 
     def check_node(self, node: Node) -> None:
         state = node.data[self.slot]
-        assert state is None or isinstance(state, int)
-        assert state is None or node.parent is not None, "a state on a root"
+        if state is not None and not isinstance(state, int):
+            raise IntegrityError(f"{self.name}: {node} holds {state!r}, not a slot id")
+        if state is not None and node.parent is None:
+            raise IntegrityError(f"{self.name}: a state on a root")
 
     def adopt(self, node: Node, slot_id: int) -> bool:
         """Store an already allocated state (slot ``slot_id``) at ``node.end``. Returns False

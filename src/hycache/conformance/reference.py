@@ -9,6 +9,10 @@ Used by the differential tests to check :class:`hycache.tree.radix.RadixTree`.
 Choices the format leaves open, made here and in the tree alike:
 * dropping FULL KV keeps the other components' data on those positions;
 * a drop that touches a position covered by a lock raises CacheUsageError and changes nothing.
+
+An insert that slides windows (``slide``: the position the request computed from) adds SWA
+KV only where the window rule of :mod:`hycache.components.swa` keeps it, computed here
+position by position from the content before the insert.
 """
 
 from __future__ import annotations
@@ -27,6 +31,15 @@ class GroupConfig:
 
     kind: str
     window: int | None = None
+
+
+@dataclass(frozen=True)
+class Slide:
+    """How an insert slides windows: the request computed its tokens from ``start`` on; every
+    page boundary below ``prefix`` is a point a later request may resume at."""
+
+    start: int = 0
+    prefix: int = 0
 
 
 class ReferenceCache:
@@ -49,22 +62,77 @@ class ReferenceCache:
         return n - n % self.page_size
 
     def insert(
-        self, tokens: Sequence[int], states_at: Sequence[int] = (), namespace: str | None = None
+        self,
+        tokens: Sequence[int],
+        states_at: Sequence[int] = (),
+        namespace: str | None = None,
+        slide: Slide | None = None,
     ) -> None:
         limit = self._aligned(len(tokens))
         has_recurrent = any(g.kind == "recurrent" for g in self.groups)
         for p in states_at:
             if p <= 0 or p % self.page_size or p > limit or not has_recurrent:
                 raise CacheUsageError(f"cannot put a state at {p}")
+        if slide is not None and any(
+            p < 0 or p % self.page_size for p in (slide.start, slide.prefix)
+        ):
+            raise CacheUsageError(f"{slide}: positions must be page-aligned")
+        anchors = None if slide is None else self._anchors(tokens, limit, states_at, namespace)
         for q in range(limit):
             key = self._pos(namespace, tokens, q)
             for group, live in zip(self.groups, self.live, strict=True):
-                if group.kind != "recurrent":
+                if group.kind == "recurrent":
+                    continue
+                if anchors is None or group.kind != "swa" or self._kept(group, q, anchors, slide):
                     live.add(key)
         for p in states_at:
             for group, live in zip(self.groups, self.live, strict=True):
                 if group.kind == "recurrent":
                     live.add(self._key(namespace, tokens, p))
+
+    # ------------------------------------------------------------------ sliding windows
+    def _anchors(
+        self, tokens: Sequence[int], limit: int, states_at: Sequence[int], ns: str | None
+    ) -> set[int]:
+        """Resume points of an insert of ``tokens[:limit]``, from the content before it: the
+        end, the states (existing and ``states_at``) and the branch points on the path."""
+        page = self.page_size
+        anchors = {limit} if limit else set()
+        anchors.update(states_at)
+        for i, group in enumerate(self.groups):
+            if group.kind == "recurrent":
+                anchors.update(
+                    s
+                    for s in range(page, limit + 1, page)
+                    if self._key(ns, tokens, s) in self.live[i]
+                )
+        tracked = [k for live in self.live for k in live] + [k for k, _ in self.locks.values()]
+        for p in range(page, limit, page):
+            stem, step = tuple(tokens[:p]), tuple(tokens[p : p + page])
+            if any(
+                kns == ns and len(k) >= p + page and k[:p] == stem and k[p : p + page] != step
+                for kns, k in tracked
+            ):
+                anchors.add(p)
+        return anchors
+
+    def _kept(self, group: GroupConfig, q: int, anchors: set[int], slide: Slide | None) -> bool:
+        """Whether a sliding insert keeps SWA KV at position ``q``: computed by the request
+        (``q`` at or past ``slide.start`` rounded up to a page) and below ``slide.prefix`` or
+        within ``max(W - 1, 1)`` before an anchor, rounded out to pages."""
+        if group.window is None or slide is None:
+            raise CacheUsageError("a sliding insert of an SWA group needs its window and slide")
+        page = self.page_size
+        if q < -(-slide.start // page) * page:
+            return False
+        if q < slide.prefix:
+            return True
+        reach = max(group.window - 1, 1)
+        for a in anchors:
+            lo = max(0, a - reach)
+            if lo - lo % page <= q < a:
+                return True
+        return False
 
     def _accepts(self, index: int, tokens: Sequence[int], p: int, ns: str | None) -> bool:
         group, live = self.groups[index], self.live[index]

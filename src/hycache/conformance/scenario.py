@@ -1,7 +1,11 @@
 """Conformance scenarios (DESIGN.md section 4): load, validate, run against a cache.
 
 A scenario file is JSON: ``name``, ``page_size``, ``groups`` and ``steps``; each step is an
-``insert``, a ``match`` (with expected ``hit`` and ``kv_hit``) or a ``drop``. Loading checks
+``insert``, a ``match`` (with expected ``hit`` and ``kv_hit``) or a ``drop``. An insert with
+``"slide": true`` slides windows as a finishing request does: SWA KV no later request can read
+is inserted as a tombstone (the rule: :mod:`hycache.components.swa`); ``"slide": {"from": p,
+"prefix": q}`` (both optional, default 0) says the request computed its tokens from position
+p on and that a later request may resume at any page boundary below q. Loading checks
 the whole file first (unknown keys, types, page alignment), so a malformed scenario is reported
 with its file and reason before anything runs.
 """
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from hycache.conformance.reference import GroupConfig
+from hycache.conformance.reference import GroupConfig, Slide
 from hycache.errors import CacheUsageError, ScenarioError
 
 GROUP_KINDS = ("full", "swa", "recurrent")
@@ -25,6 +29,7 @@ class Insert:
     tokens: tuple[int, ...]
     states_at: tuple[int, ...]
     namespace: str | None
+    slide: Slide | None = None  # None: a plain insert
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,11 @@ class ScenarioTarget(Protocol):
     """What a scenario drives: the real cache (an adapter) or the reference model."""
 
     def insert(
-        self, tokens: Sequence[int], states_at: Sequence[int] = (), namespace: str | None = None
+        self,
+        tokens: Sequence[int],
+        states_at: Sequence[int] = (),
+        namespace: str | None = None,
+        slide: Slide | None = None,
     ) -> None: ...
 
     def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]: ...
@@ -152,6 +161,21 @@ class _Reader:
             raise self.fail(f"{where}: namespace must be a string, got {value!r}")
         return value
 
+    def slide(self, value: Any, where: str, page: int) -> Slide | None:
+        """``slide``: absent or false (a plain insert), true (slide from 0) or an object with
+        optional page-aligned ``from`` and ``prefix``."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return Slide()
+        if not isinstance(value, dict):
+            raise self.fail(f"{where}.slide: expected true or an object (from, prefix)")
+        self.keys(value, f"{where}.slide", set(), {"from", "prefix"})
+        return Slide(
+            self.aligned(value.get("from", 0), f"{where}.slide.from", page),
+            self.aligned(value.get("prefix", 0), f"{where}.slide.prefix", page),
+        )
+
     def group(self, raw: Any, where: str) -> GroupConfig:
         if not isinstance(raw, dict):
             raise self.fail(f"{where}: expected an object")
@@ -172,7 +196,7 @@ class _Reader:
             raise self.fail(f"{where}: needs exactly one of insert, match, drop")
         ns = self.namespace(raw, where)
         if verbs[0] == "insert":
-            self.keys(raw, where, {"insert"}, {"states_at", "namespace"})
+            self.keys(raw, where, {"insert"}, {"states_at", "namespace", "slide"})
             tokens = self.tokens(raw["insert"], f"{where}.insert")
             states = raw.get("states_at", [])
             if not isinstance(states, list):
@@ -186,7 +210,7 @@ class _Reader:
                 checked.append(p)
             if checked and "recurrent" not in kinds:
                 raise self.fail(f"{where}.states_at: the scenario has no recurrent group")
-            return Insert(tokens, tuple(checked), ns)
+            return Insert(tokens, tuple(checked), ns, self.slide(raw.get("slide"), where, page))
         if verbs[0] == "match":
             self.keys(raw, where, {"match", "hit", "kv_hit"}, {"namespace"})
             return Match(
@@ -255,7 +279,7 @@ def run_scenario(scenario: Scenario, factory: TargetFactory) -> Outcome:
     for index, step in enumerate(scenario.steps):
         try:
             if isinstance(step, Insert):
-                target.insert(step.tokens, step.states_at, step.namespace)
+                target.insert(step.tokens, step.states_at, step.namespace, step.slide)
             elif isinstance(step, Match):
                 actual = target.match(step.tokens, step.namespace)
                 checked += 1

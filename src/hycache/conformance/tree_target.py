@@ -8,11 +8,12 @@ from hycache.components.base import Component
 from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.components.swa import SlidingWindowComponent
-from hycache.conformance.reference import GroupConfig
-from hycache.errors import CacheUsageError
+from hycache.conformance.reference import GroupConfig, Slide
+from hycache.errors import CacheUsageError, IntegrityError
 from hycache.memory.unbounded import UnboundedStore
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
+from hycache.tree.window import plan_slide
 
 
 def build_components(groups: Sequence[GroupConfig], store: UnboundedStore) -> list[Component]:
@@ -48,16 +49,40 @@ class TreeTarget:
         return found
 
     def insert(
-        self, tokens: Sequence[int], states_at: Sequence[int] = (), namespace: str | None = None
+        self,
+        tokens: Sequence[int],
+        states_at: Sequence[int] = (),
+        namespace: str | None = None,
+        slide: Slide | None = None,
     ) -> None:
+        """Insert ``tokens`` and put states at ``states_at``. ``slide``: slide windows as a
+        finishing request does (``plan_slide``; None: a plain insert)."""
         page = self.tree.page_size
         cached = len(tokens) - len(tokens) % page
         recurrent = [c for c in self.tree.components if isinstance(c, RecurrentComponent)]
         for p in states_at:  # validate everything before mutating anything
             if p <= 0 or p % page or p > cached or not recurrent:
                 raise CacheUsageError(f"cannot put a state at {p} (cached {cached})")
+        if slide is not None and any(p < 0 or p % page for p in (slide.start, slide.prefix)):
+            raise CacheUsageError(f"{slide}: positions must be page-aligned")
         token_list = list(tokens)
-        path = self.tree.insert(token_list, namespace)
+        if slide is None:
+            path = self.tree.insert(token_list, namespace)
+        else:
+            found = self.tree.match(token_list, namespace)
+            plan = plan_slide(
+                self.tree,
+                found,
+                cached,
+                start=slide.start,
+                anchors=states_at,
+                prefix=slide.prefix,
+            )
+            pages = self.store.pages_in_use
+            path = self.tree.insert(token_list, namespace, slide=plan)
+            taken = self.store.pages_in_use - pages
+            if taken != sum(plan.units):
+                raise IntegrityError(f"slide plan said {plan.units} units, the insert took {taken}")
         for p in states_at:
             node = self.tree.split_at(token_list, p, namespace)
             for component in recurrent:

@@ -214,6 +214,12 @@ class Engine:
             session=request.session,
         )
 
+    def end_session(self, session: str) -> None:
+        """The session will send no more requests soon: its cached entries lose the protection
+        of session-aware eviction (``HybridPrefixCache.end_session``). A later request of the
+        session opens it again."""
+        self.cache.end_session(session)
+
     # ------------------------------------------------------------------ one request
     def _process(
         self, request: EngineRequest, lease: Lease, result: RequestResult

@@ -16,6 +16,11 @@ flight hold their locks and memory; a request that does not fit waits; one no ca
 size could hold runs alone and uncached once the batch has drained. A step lasts
 ``CostModel.step_time``; while only decodes run, steps are advanced in bulk up to the next
 event (an arrival, a finish or a planned checkpoint).
+
+Both modes end a session once it has been idle (nothing waiting or running, its last request
+finished) for more than ``session_idle_s`` seconds of trace time (``hycache.sim.sessions``;
+serial mode: a request finishes at its arrival), so session-aware eviction stops protecting
+it; None (SGLang's default) never ends one.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from hycache.policy.checkpoint.chunks import in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
 from hycache.sim.request import Request
+from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
 
 Tick = Callable[[], None]
 
@@ -125,11 +131,16 @@ def replay_serial(
     tick: Tick | None = None,
     timeline_every: int = 50,
     reject_oversized: bool = False,
+    session_idle_s: float | None = DEFAULT_IDLE_S,
 ) -> PolicyResult:
     """Look up, then insert input and output at once, request after request."""
     rec = Recorder()
     start = time.perf_counter()
+    sessions = SessionClock(cache, session_idle_s)
     for index, request in enumerate(requests):
+        now = request.arrival_s
+        sessions.advance(now)
+        sessions.begin(request.session, now)
         try:
             lease = cache.admit(
                 request.prompt,
@@ -143,6 +154,7 @@ def replay_serial(
                 raise
             _reject(cache, rec, request)
             rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
+            sessions.end(request.session, now)
             continue
         assert not isinstance(lease, Wait), "serial replay holds nothing in flight"
         cache.record_planned(lease, up_to=request.prompt_len)
@@ -150,6 +162,7 @@ def replay_serial(
             cache.extend(lease, request.output)
             cache.record_planned(lease)
         cache.finish(lease)
+        sessions.end(request.session, now)
         _account(cache, rec, lease)
         rec.ttft_s.append(cost.prefill_time(lease.hit, lease.prompt_len - lease.hit))
         _sample(cache, rec, float(index), index % timeline_every == 0)
@@ -210,11 +223,13 @@ def replay_engine(
     tick: Tick | None = None,
     reject_oversized: bool = False,
     publish: bool = True,
+    session_idle_s: float | None = DEFAULT_IDLE_S,
 ) -> PolicyResult:
     """Discrete-event replay of one serving instance (see the module docstring).
     ``publish``: a request's prompt and prefill states join the cache when its prefill ends
     (``HybridPrefixCache.publish``), as in vLLM and SGLang; else only when it finishes."""
     rec = Recorder()
+    sessions = SessionClock(cache, session_idle_s)
     start = time.perf_counter()
     source = iter(requests)
     pending = next(source, None)
@@ -224,8 +239,11 @@ def replay_engine(
     steps = 0
     while pending is not None or waiting or running:
         while pending is not None and pending.arrival_s <= now:
+            sessions.advance(pending.arrival_s)
+            sessions.begin(pending.session, pending.arrival_s)
             waiting.append(pending)
             pending = next(source, None)
+        sessions.advance(now)
         if not waiting and not running:
             assert pending is not None
             now = pending.arrival_s
@@ -247,6 +265,7 @@ def replay_engine(
                     break  # it needs the whole instance: wait until the batch drained
                 waiting.popleft()
                 now = _serve_alone(cache, rec, request, cost, now)
+                sessions.end(request.session, now)
                 if tick is not None:
                     tick()
                 continue
@@ -294,6 +313,7 @@ def replay_engine(
             if pending is not None and not waiting:
                 bulk = max(1, min(bulk, int((pending.arrival_s - now) / step) + 1))
         now += step * bulk
+        sessions.advance(now)  # before this step's publishes and finishes insert
         steps += bulk
         finished: list[_Flight] = []
         for flight in decoding:
@@ -318,6 +338,7 @@ def replay_engine(
             if flight.request.output_len:
                 cache.extend(flight.lease, flight.request.output)
             cache.finish(flight.lease)
+            sessions.end(flight.request.session, now)
             running.remove(flight)
             if tick is not None:
                 tick()

@@ -15,6 +15,7 @@ from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
 from hycache.sim.replay import replay_engine, replay_serial
 from hycache.sim.request import Request
+from hycache.sim.sessions import DEFAULT_IDLE_S
 from hycache.spec.model import ModelSpec
 
 #: A re-iterable source of requests (a trace is read again for every policy).
@@ -33,10 +34,15 @@ class SimulationConfig:
     progress: bool | None = None
     #: serve a request larger than the whole cache uncached (counted) instead of failing
     reject_oversized: bool = False
+    #: end a session idle for longer than this (seconds of trace time; None: never, as
+    #: SGLang without a session timeout); see ``hycache.sim.sessions``
+    session_idle_s: float | None = DEFAULT_IDLE_S
 
     def __post_init__(self) -> None:
         if self.mode not in ("serial", "engine"):
             raise ConfigError(f"mode must be 'serial' or 'engine', got {self.mode!r}")
+        if self.session_idle_s is not None and not self.session_idle_s >= 0:
+            raise ConfigError(f"session_idle_s must be >= 0 or None, got {self.session_idle_s}")
         for preset, values in (self.knobs or {}).items():
             resolve_knobs(preset, values)
 
@@ -86,7 +92,11 @@ def run_policy(
         def score(alpha: float) -> float:
             cache = _build(config, preset, capacity, {"alpha": alpha})
             return replay_serial(
-                cache, window, config.cost, reject_oversized=True
+                cache,
+                window,
+                config.cost,
+                reject_oversized=True,
+                session_idle_s=config.session_idle_s,
             ).prefill_flops_saved
 
         best, _scores = tune_alpha(score)
@@ -98,7 +108,13 @@ def run_policy(
 
         def replay(choice: Mapping[str, object]) -> float:
             cache = _build(config, preset, capacity, choice)
-            replay_serial(cache, window, config.cost, reject_oversized=True)
+            replay_serial(
+                cache,
+                window,
+                config.cost,
+                reject_oversized=True,
+                session_idle_s=config.session_idle_s,
+            )
             return float(cache.stats().reused_tokens)
 
         chosen, _ = tune_knobs(replay)
@@ -115,6 +131,7 @@ def run_policy(
                 knobs=shown,
                 tick=bar.advance,
                 reject_oversized=config.reject_oversized,
+                session_idle_s=config.session_idle_s,
             )
         budget = cache.config.token_budget or config.token_budget
         return replay_engine(
@@ -125,6 +142,7 @@ def run_policy(
             knobs=shown,
             tick=bar.advance,
             reject_oversized=config.reject_oversized,
+            session_idle_s=config.session_idle_s,
         )
     finally:
         bar.close()

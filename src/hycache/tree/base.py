@@ -34,3 +34,33 @@ class MatchResult:
     @property
     def recompute(self) -> int:
         return self.kv_hit - self.hit
+
+
+Ranges = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class SlidePlan:
+    """What ``RadixTree.insert(..., slide=self)`` fills. ``length``: page-aligned end of the
+    insert. ``start``: first position the inserting request computed. ``anchors``: sorted
+    resume points; ``prefix``: every page boundary below it is one too. ``ranges[slot]``:
+    the ranges component ``slot`` fills (None: all).
+    ``units[slot]``: store units the insert will take for it; ``kinds[slot]``: its kind.
+    ``found``: the match it was planned on (its ``tree_version`` must still be the tree's)."""
+
+    length: int
+    start: int
+    anchors: tuple[int, ...]
+    prefix: int
+    ranges: tuple[Ranges | None, ...]
+    units: tuple[int, ...]
+    kinds: tuple[str, ...]
+    found: MatchResult
+
+    def units_by_kind(self) -> dict[str, int]:
+        """Store units per component kind (what a pool is asked for), zero kinds left out."""
+        need: dict[str, int] = {}
+        for kind, units in zip(self.kinds, self.units, strict=True):
+            if units:
+                need[kind] = need.get(kind, 0) + units
+        return need

@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from hycache.components.base import Component
-from hycache.errors import CacheUsageError
-from hycache.tree.base import MatchResult
+from hycache.errors import CacheUsageError, IntegrityError
+from hycache.tree.base import MatchResult, SlidePlan
+from hycache.tree.drops import release_range, release_state_at
+from hycache.tree.integrity import check_tree
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, TokenKey, encode_tokens
 from hycache.tree.node import Node
 
@@ -117,10 +119,10 @@ class RadixTree:
     def _split(self, node: Node, at: int) -> Node:
         """Split ``node`` at absolute position ``at`` (start < at < end); return the new upper
         node ``[start, at)``. ``node`` keeps its identity as the lower part ``[at, end)``."""
-        assert node.start < at < node.end and (at - node.start) % self.page_size == 0
-        self.version += 1
         parent = node.parent
-        assert parent is not None
+        if parent is None or not node.start < at < node.end or (at - node.start) % self.page_size:
+            raise IntegrityError(f"split of {node} at {at}: not a page boundary inside it")
+        self.version += 1
         page = self._page_bytes
         cut = (at - node.start) * TOKEN_BYTES
         upper = Node(parent, node.key[:cut], node.start, len(self.components), node.namespace)
@@ -142,14 +144,44 @@ class RadixTree:
         *,
         length: int | None = None,
         after: MatchResult | None = None,
+        slide: SlidePlan | None = None,
     ) -> list[Node]:
         """Cache ``tokens[:length]`` (whole pages only): create or revive the path and ``fill``
         every component on it. Returns the path nodes, covering exactly ``[0, L)`` with ``L``
         the length rounded down to pages. Mutates the tree.
 
         ``after``: a ``match`` result of the same tokens; when the tree's structure has not
-        changed since, its fully matched nodes are reused without comparing tokens again."""
+        changed since, its fully matched nodes are reused without comparing tokens again.
+
+        ``slide``: a :func:`hycache.tree.window.plan_slide` plan of this insert (its match
+        taken as ``after``; its length replaces ``length``): each component fills only the
+        ranges the plan gives it, splitting nodes at their bounds, so that exactly
+        ``slide.units`` are taken. CacheUsageError (nothing changed) if the tree's structure
+        changed since the plan's match."""
         key = encode_tokens(tokens)
+        if slide is not None:
+            found = slide.found
+            if (
+                found.tree_version != self.version
+                or found.namespace != namespace
+                or not (found.key is key or found.key == key)
+            ):
+                raise CacheUsageError("slide plan of other tokens, or the tree changed since")
+            after, length = found, slide.length
+        path = self._insert_structure(key, namespace, length, after)
+        if slide is None:
+            for node in path:
+                for component in self.components:
+                    component.fill(node)
+        else:
+            self._fill_slid(path, slide)
+        return path
+
+    def _insert_structure(
+        self, key: TokenKey, namespace: str | None, length: int | None, after: MatchResult | None
+    ) -> list[Node]:
+        """The structural part of ``insert``: the path nodes covering ``[0, L)``, created or
+        split as needed; no component is filled."""
         page = self._page_bytes
         limit = len(key) if length is None else min(length * TOKEN_BYTES, len(key))
         limit -= limit % page
@@ -166,8 +198,6 @@ class RadixTree:
             for trusted in after.path:
                 if trusted.end * TOKEN_BYTES > trusted_end:
                     break
-                for component in self.components:
-                    component.fill(trusted)
                 path.append(trusted)
                 node = trusted
                 offset = trusted.end * TOKEN_BYTES
@@ -183,12 +213,34 @@ class RadixTree:
                 offset_in = offset + self._common_pages(child.key, key, offset)
                 if offset_in < child.end * TOKEN_BYTES:
                     child = self._split(child, offset_in // TOKEN_BYTES)
-            for component in self.components:
-                component.fill(child)
             path.append(child)
             node = child
             offset = child.end * TOKEN_BYTES
         return path
+
+    def _fill_slid(self, path: list[Node], slide: SlidePlan) -> None:
+        """Fill ``path`` as ``slide`` says: split nodes lacking a component's data at the
+        bounds of its ranges, then fill that component on the nodes inside them."""
+        for component, spans in zip(self.components, slide.ranges, strict=True):
+            if spans is None:
+                continue
+            for lo, hi in spans:
+                for bound in (lo, hi):
+                    if 0 < bound < slide.length:
+                        self._cut_if_absent(path, bound, component)
+        for node in path:
+            for component, spans in zip(self.components, slide.ranges, strict=True):
+                if spans is None or any(lo <= node.start and node.end <= hi for lo, hi in spans):
+                    component.fill(node)
+
+    def _cut_if_absent(self, path: list[Node], bound: int, component: Component) -> None:
+        """Make ``bound`` a node boundary of ``path`` if the node containing it lacks
+        ``component``'s data (a node with the data is kept whole: fill leaves it alone)."""
+        for node in path:
+            if node.start < bound < node.end:
+                if not component.has(node):
+                    self.boundary_on_path(path, bound)
+                return
 
     def split_at(self, tokens: TokenInput, length: int, namespace: str | None = None) -> Node:
         """Make a node boundary at prefix ``length`` of ``tokens`` (which must be cached that
@@ -259,13 +311,16 @@ class RadixTree:
     def unlock(self, node: Node, *, hold_state: bool = True) -> None:
         """Undo one ``lock(node, hold_state=hold_state)``."""
         if node.parent is not None:
-            assert node.end_ref > 0, f"unlock of {node}, where no lock ends"
-            assert node.state_ref >= hold_state, f"state unlock of {node} without one"
+            if node.end_ref <= 0:
+                raise CacheUsageError(f"unlock of {node}, where no lock ends")
+            if node.state_ref < hold_state:
+                raise CacheUsageError(f"state unlock of {node} without one")
             node.end_ref -= 1
             node.state_ref -= hold_state
         current: Node | None = node
         while current is not None and current.parent is not None:
-            assert current.lock_ref > 0, f"unlock of an unlocked {current}"
+            if current.lock_ref <= 0:
+                raise IntegrityError(f"unlock of an unlocked {current}")
             current.lock_ref -= 1
             current = current.parent
         self.prune(node)
@@ -314,7 +369,8 @@ class RadixTree:
 
     def remove_leaf(self, node: Node) -> None:
         """Remove an unlocked leaf with all its data. Mutates the tree."""
-        assert node.parent is not None and not node.children and node.lock_ref == 0
+        if node.parent is None or node.children or node.lock_ref:
+            raise CacheUsageError(f"remove_leaf of {node}: not an unlocked leaf")
         for component in self.components:
             component.release(node)
         self.prune(node)
@@ -322,7 +378,8 @@ class RadixTree:
     def clear(self) -> None:
         """Release every component's data and drop all nodes. No node may be locked."""
         for node in list(self.iter_nodes()):
-            assert node.lock_ref == 0, f"clear() with locked {node}"
+            if node.lock_ref:
+                raise CacheUsageError(f"clear() with locked {node}")
             for component in self.components:
                 component.release(node)
         self._roots.clear()
@@ -353,37 +410,9 @@ class RadixTree:
         return held
 
     def check_integrity(self) -> None:
-        """Assert every structural invariant of the tree and of every component's data."""
-        page = self.page_size
-        for namespace, root in self._roots.items():
-            assert root.parent is None and root.start == root.end == 0 and not root.key
-            assert root.namespace == namespace and all(d is None for d in root.data)
-            stack = [root]
-            while stack:
-                node = stack.pop()
-                child_locks = 0
-                for key, child in node.children.items():
-                    assert child.parent is node, f"{child} has a wrong parent"
-                    assert child.namespace == namespace
-                    assert child.length > 0 and child.length % page == 0
-                    assert len(child.key) == child.length * TOKEN_BYTES
-                    assert key == child.key[: self._page_bytes], f"{child} filed under a wrong key"
-                    assert child.start == node.end
-                    assert (
-                        child.children or child.lock_ref or any(d is not None for d in child.data)
-                    ), f"empty leaf {child} was not pruned"
-                    for component in self.components:
-                        component.check_node(child)
-                    child_locks += child.lock_ref
-                    stack.append(child)
-                if node.parent is not None:
-                    assert node.lock_ref >= child_locks, f"{node} lock_ref below its children's"
-                    assert node.lock_ref == child_locks + node.end_ref, (
-                        f"{node}: lock_ref is not its children's plus the locks ending there"
-                    )
-                    assert 0 <= node.state_ref <= node.end_ref, (
-                        f"{node}: state locks beyond the locks ending there"
-                    )
+        """Check every structural invariant of the tree and of every component's data
+        (:func:`hycache.tree.integrity.check_tree`)."""
+        check_tree(self.page_size, self.components, self._roots)
 
     # ------------------------------------------------------------------ path-level drops
     def release_range(
@@ -394,33 +423,8 @@ class RadixTree:
         end: int | None = None,
         namespace: str | None = None,
     ) -> int:
-        """Drop ``component``'s data for positions ``[start, end)`` (``end`` None = to the end
-        of the cached path) on the path of ``tokens``; positions not cached are ignored.
-        Splits nodes at the bounds so data outside the range is kept. Raises CacheUsageError
-        (before dropping anything) if a node in the range is locked. Returns nodes touched."""
-        page = self.page_size
-        if start < 0 or start % page or (end is not None and (end < start or end % page)):
-            raise CacheUsageError(
-                f"range [{start}, {end}) must be page-aligned (page_size {page}) and ordered"
-            )
-        key = encode_tokens(tokens)
-        _, matched = self._walk(key, namespace)
-        stop = matched if end is None else min(end, matched)
-        if start >= stop:
-            return 0
-        if start > 0:
-            self.split_at(key, start, namespace)
-        self.split_at(key, stop, namespace)
-        targets = [n for n in self.nodes_on(key, namespace, length=stop) if n.start >= start]
-        for node in targets:
-            if self.pinned(node, component) and component.has(node):
-                raise CacheUsageError(f"cannot drop {component.name} data of locked {node}")
-        touched = 0
-        for node in reversed(targets):
-            if component.has(node):
-                touched += 1
-                self.release(node, component)
-        return touched
+        """:func:`hycache.tree.drops.release_range` on this tree."""
+        return release_range(self, component, tokens, start, end, namespace)
 
     def release_state_at(
         self,
@@ -429,14 +433,5 @@ class RadixTree:
         length: int,
         namespace: str | None = None,
     ) -> bool:
-        """Drop ``component``'s data on the node ending exactly at prefix ``length`` of
-        ``tokens``. Returns False when there is none. Raises CacheUsageError if it is locked."""
-        if length <= 0 or length % self.page_size:
-            raise CacheUsageError(
-                f"position {length} must be a positive multiple of page_size {self.page_size}"
-            )
-        for node in self.nodes_on(tokens, namespace, length=length):
-            if node.end == length and component.has(node):
-                self.release(node, component)
-                return True
-        return False
+        """:func:`hycache.tree.drops.release_state_at` on this tree."""
+        return release_state_at(self, component, tokens, length, namespace)
