@@ -171,3 +171,24 @@ def test_trace_requests_replays_the_first_n(capsys: pytest.CaptureFixture[str]) 
     assert main([*argv, "--capacity", "40GB", "--policy", "marconi"]) == 0
     out = capsys.readouterr().out
     assert "mooncake_synthetic.jsonl.gz" in out and "marconi" in out
+
+
+def test_dtype_overrides_a_config_and_is_refused_for_a_named_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """gpt-oss's config.json has no dtype (bfloat16 by default, as transformers loads it);
+    ``--dtype float32`` doubles its KV bytes, hence its footprint; a built-in spec keeps its own."""
+    config = (
+        Path(__file__).resolve().parents[2] / "data" / "configs" / "gpt_oss_20b" / "config.json"
+    )
+    base = ["simulate", "--workload", "chat", "--requests", "10", "--model", str(config)]
+    base += ["--capacity", "50%", "--policy", "hycache"]
+    footprints = []
+    for extra in ([], ["--dtype", "float32"]):
+        assert main([*base, *extra]) == 0
+        header = capsys.readouterr().out.split("\n")[0]
+        footprints.append(header.split(" footprint")[0].split("of the ")[-1])
+    assert footprints[0] != footprints[1]
+    named = ["simulate", "--workload", "chat", "--model", MODEL, "--capacity", "1GB"]
+    assert main([*named, "--dtype", "float32"]) == 2
+    assert "keeps its dtype" in capsys.readouterr().err

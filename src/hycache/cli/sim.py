@@ -32,6 +32,7 @@ from hycache.sim.trace import count_requests, read_trace
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
 from hycache.sim.workloads import WORKLOADS, generate
+from hycache.spec.groups import DTYPE_BYTES
 from hycache.spec.model import load_spec
 
 Source = Callable[[], Iterable[Request]]
@@ -56,6 +57,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="--workload only: generator seed (default 0)")
     parser.add_argument(
         "--model", required=True, help="named spec (e.g. qwen3-next-80b-a3b) or a config.json"
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=sorted(DTYPE_BYTES),
+        help="--model config.json only: the model dtype, overriding the config's",
     )
 
 
@@ -115,7 +121,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     knobs = knob_overrides(args.knobs)
     check_knobs_apply(knobs, args.policy)
     check_distinct({"--json": args.json, "--report": args.report})
-    spec = load_spec(args.model)
+    spec = load_spec(args.model, dtype=args.dtype)
     return SimulationConfig(
         spec,
         CostModel(spec, hardware(args.hardware)),
@@ -217,7 +223,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    spec = load_spec(args.model)
+    spec = load_spec(args.model, dtype=args.dtype)
     source, _total, label = make_source(args)
     rec = recommend(spec, trace_stats(source()))
     print(f"{label} on {args.model}:")

@@ -226,15 +226,20 @@ NAMED_SPECS: Mapping[str, ModelSpec] = MappingProxyType(
 """Built-in specs by name (read-only; see ``hycache.spec.named``)."""
 
 
-def load_spec(name_or_path: str | os.PathLike[str]) -> ModelSpec:
-    """A built-in spec by name, else a spec from a ``config.json`` path (or its directory).
+def load_spec(name_or_path: str | os.PathLike[str], *, dtype: str | None = None) -> ModelSpec:
+    """A built-in spec by name, else a spec from a ``config.json`` path (or its directory);
+    ``dtype`` overrides a config's model dtype (a built-in spec has its own: SpecError).
 
     Raises SpecError when it is neither a known name nor an existing path.
     """
     key = os.fspath(name_or_path)
     if key in NAMED_SPECS:
+        if dtype is not None:
+            raise SpecError(
+                f"{key}: a built-in spec keeps its dtype; pass a config.json", field="dtype"
+            )
         return NAMED_SPECS[key]
     if not os.path.exists(key):
         known = ", ".join(sorted(NAMED_SPECS))
         raise SpecError(f"{key}: neither a built-in model spec ({known}) nor an existing path")
-    return ModelSpec.from_hf_config(key)
+    return ModelSpec.from_hf_config(key, dtype=dtype)
