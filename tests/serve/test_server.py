@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -255,3 +258,13 @@ def test_models_and_health(served: Served) -> None:
     assert httpx.get(f"{served.url}/health").json() == {"status": "ok"}
     missing = httpx.get(f"{served.url}/v1/nothing")
     assert missing.status_code == 404 and "error" in missing.json()
+
+
+def test_the_dashboard_queries_only_metrics_the_server_exports(served: Served) -> None:
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    dashboard = json.loads((root / "grafana" / "hycache-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    queried = {m for e in exprs for m in re.findall(r"hycache:[a-z_]+", e)}
+    exported = {name for name, _ in served.metrics()}
+    assert queried and queried <= exported, queried - exported
+    assert "metrics_path: /metrics" in (root / "prometheus.yml").read_text()

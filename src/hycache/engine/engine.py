@@ -157,13 +157,7 @@ class Engine:
     def admit_request(self, request: EngineRequest, *, idle: bool) -> Lease | Wait | RequestResult:
         """Admit ``request``: its lease, a ``Wait``, or a failed result (it cannot fit).
         ``idle``: nothing else is in flight, so a ``Wait`` clears the cache and retries."""
-        if request.max_new_tokens < 1:
-            raise ConfigError("a request must generate at least one token")
-        if not request.prompt:
-            raise ConfigError("a request needs at least one prompt token")
-        vocab = self.model.vocab_size
-        if any(not 0 <= t < vocab for t in request.prompt):
-            raise ConfigError(f"request {request.rid!r}: token ids must be in [0, {vocab})")
+        self.check_request(request)
         try:
             outcome = self._admit_once(request)
             if isinstance(outcome, Wait) and idle:
@@ -177,6 +171,16 @@ class Engine:
         except CapacityError as exc:
             return RequestResult(request, "failed", error=str(exc))
         return outcome
+
+    def check_request(self, request: EngineRequest) -> None:
+        """ConfigError unless ``request`` can run on this model (tokens, ids, lengths)."""
+        if request.max_new_tokens < 1:
+            raise ConfigError("a request must generate at least one token")
+        if not request.prompt:
+            raise ConfigError("a request needs at least one prompt token")
+        vocab = self.model.vocab_size
+        if any(not 0 <= t < vocab for t in request.prompt):
+            raise ConfigError(f"request {request.rid!r}: token ids must be in [0, {vocab})")
 
     def _admit_once(self, request: EngineRequest) -> Lease | Wait:
         return self.cache.admit(

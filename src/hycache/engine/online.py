@@ -112,7 +112,9 @@ class OnlineEngine:
 
     def submit(self, request: EngineRequest, listener: Listener) -> None:
         """Queue ``request`` (its ``rid`` must be unique among requests not yet ended).
-        ``Overloaded`` when the queue is full, ``Draining`` after ``shutdown``."""
+        ``Overloaded`` when the queue is full, ``Draining`` after ``shutdown``, ConfigError
+        when the request cannot run on the model (checked here, not on the scheduler thread)."""
+        self.engine.check_request(request)
         with self._cond:
             if self._closing:
                 raise Draining("the server is shutting down")

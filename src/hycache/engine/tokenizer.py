@@ -51,12 +51,13 @@ new old same other different every each some many few more most less least all n
 weather city river mountain garden kitchen library school music story book letter paper
 green blue red yellow black white bright dark warm cold quiet loud happy careful simple
 """
-_WORDS = tuple(_WORD_TEXT.split())
+#: the words of the generated text (benchmarks build prompts from them too)
+WORDS = tuple(_WORD_TEXT.split())
 _PUNCT = (".", ".", ".", "?", "!", ",")
 
 
 def _sentence(rng: random.Random) -> str:
-    words = [rng.choice(_WORDS) for _ in range(rng.randrange(4, 16))]
+    words = [rng.choice(WORDS) for _ in range(rng.randrange(4, 16))]
     if rng.random() < 0.2:
         words.insert(rng.randrange(len(words)), str(rng.randrange(0, 10_000)))
     words[0] = words[0].capitalize()

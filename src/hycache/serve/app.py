@@ -64,7 +64,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         reason = _REJECTED.get(exc.status)
-        if reason is not None:
+        if reason is not None and not exc.counted:
             runtime.metrics.rejected.labels(reason).inc()
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 

@@ -177,6 +177,8 @@ def _submit(runtime: Runtime, job: _Job) -> None:
         raise ApiError(429, f"the server is busy: {exc}", headers={"Retry-After": retry}) from None
     except Draining:
         raise ApiError(503, "the server is shutting down") from None
+    except ConfigError as exc:
+        raise _bad(str(exc)) from None
     if job.session is not None:
         runtime.sessions.begin(job.session)
 
@@ -215,8 +217,9 @@ def _ended(
 def _failure(result: RequestResult) -> ApiError:
     error = result.error or result.status
     if result.status == "failed" and not error.startswith("internal error"):
-        return ApiError(400, f"the request cannot be served: {error}")
-    return ApiError(500 if result.status == "failed" else 503, f"the request ended: {error}")
+        return ApiError(400, f"the request cannot be served: {error}", counted=True)
+    status = 500 if result.status == "failed" else 503
+    return ApiError(status, f"the request ended: {error}", counted=True)
 
 
 def _usage(result: RequestResult) -> dict[str, Any]:

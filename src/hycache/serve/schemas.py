@@ -30,8 +30,10 @@ class ApiError(HycacheError):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        counted: bool = False,
     ) -> None:
         super().__init__(message)
+        self.counted = counted  # already in the rejection metrics
         self.status = status
         self.message = message
         self.param = param
@@ -134,7 +136,6 @@ def completion_payload(
     token_ids: Sequence[int],
     finish_reason: str | None,
     usage_: dict[str, Any] | None,
-    chunk: bool = False,
 ) -> dict[str, Any]:
     """A ``text_completion`` object (whole, or one streamed chunk)."""
     choice = {
