@@ -52,6 +52,9 @@ class CacheSnapshot:
     """The cache and the scheduler at one instant (taken on the scheduler thread)."""
 
     stats: CacheStats
+    #: the cache's unit kinds (``full``, ``swa``, ``recurrent``): evictions of each are
+    #: exported from the start, at 0
+    kinds: tuple[str, ...] = ()
     checkpoints: dict[str, int] = field(default_factory=dict)
     running: int = 0
     waiting: int = 0
@@ -98,7 +101,8 @@ class _CacheCollector(Collector):
         evictions = CounterMetricFamily(
             "hycache:evictions", "Cache entries evicted, per component.", labels=["kind"]
         )
-        for kind, count in sorted(s.evictions.items()):
+        counts = dict.fromkeys(snap.kinds, 0) | s.evictions
+        for kind, count in sorted(counts.items()):
             evictions.add_metric([kind], count)
         yield evictions
         checkpoints = CounterMetricFamily(

@@ -89,6 +89,7 @@ class Runtime:
         def take(engine: Engine) -> CacheSnapshot:
             return CacheSnapshot(
                 stats=engine.cache.stats(),
+                kinds=tuple(engine.cache.pool.costs),
                 checkpoints=dict(engine.cache.counters.reason_inserted),
                 running=self.online.running(),
                 waiting=self.online.waiting() + self.online.queued,
