@@ -24,6 +24,31 @@ from hycache.serve.tokenizer import ChatMessage, Detokenizer, TextCodec
 
 from .conftest import ARCH
 
+SRC = Path(__file__).resolve().parents[2] / "src" / "hycache"
+WEB = ("fastapi", "uvicorn", "starlette", "prometheus_client", "openai", "httpx", "pydantic")
+
+
+def test_only_the_serve_package_imports_the_web_stack() -> None:
+    """The core stays dependency-free and the engine never reaches up into the server."""
+    import ast
+
+    bad = []
+    for path in SRC.rglob("*.py"):
+        part = path.relative_to(SRC).parts[0]
+        if part == "serve":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top in WEB or (name.startswith("hycache.serve") and part != "cli"):
+                    bad.append(f"{path.relative_to(SRC)} imports {name}")
+    assert bad == []
+
 
 def test_init_model_writes_a_real_tokenizer(model_dir: Path) -> None:
     codec = TextCodec.load(model_dir, 1024)

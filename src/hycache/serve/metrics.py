@@ -24,6 +24,7 @@ objects updated as requests end. Each server has its own registry.
 ``hycache:requests_rejected_total{reason}``          refused: ``invalid``, ``queue_full``,
                                                      ``draining``, ``failed``
 ``hycache:requests_aborted_total``                   aborted (client went away)
+``hycache:engine_errors_total``                      engine steps that raised (a bug)
 ``hycache:prompt_tokens_total``,                     tokens in, tokens out
 ``hycache:generation_tokens_total``
 ==================================================== ========================================
@@ -60,6 +61,7 @@ class CacheSnapshot:
     waiting: int = 0
     sessions_active: int = 0
     sessions_ended: int = 0
+    engine_errors: int = 0
 
 
 class _CacheCollector(Collector):
@@ -128,6 +130,11 @@ class _CacheCollector(Collector):
             "hycache:sessions_ended",
             "Sessions ended after an idle gap.",
             value=snap.sessions_ended,
+        )
+        yield CounterMetricFamily(
+            "hycache:engine_errors",
+            "Engine steps that raised (the requests in flight failed); 0 when healthy.",
+            value=snap.engine_errors,
         )
 
 

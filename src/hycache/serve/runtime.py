@@ -95,6 +95,7 @@ class Runtime:
                 waiting=self.online.waiting() + self.online.queued,
                 sessions_active=self.sessions.active(),
                 sessions_ended=self.sessions.ended,
+                engine_errors=self.online.errors,
             )
 
         return self.online.call(take)
