@@ -29,7 +29,7 @@ def cmd_init_model(args: argparse.Namespace) -> int:
     out = init_model(args.arch, args.out, layers=args.layers, hidden=args.hidden, seed=args.seed)
     print(
         f"wrote {out}: tiny random {args.arch} ({args.layers} layers, hidden {args.hidden}, "
-        f"seed {args.seed}): config.json + model.safetensors"
+        f"seed {args.seed}): config.json + model.safetensors + tokenizer.json"
     )
     return 0
 
@@ -86,7 +86,8 @@ def register(subparsers: Any) -> None:
         "init-model",
         help="write a tiny random checkpoint of a hybrid architecture (needs [engine])",
         description="Write config.json + model.safetensors of a tiny random model built with "
-        "the architecture's transformers configuration class.",
+        "the architecture's transformers configuration class, and a byte-level BPE tokenizer "
+        "trained locally (tokenizer.json + tokenizer_config.json).",
     )
     init.add_argument(
         "--arch",

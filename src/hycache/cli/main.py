@@ -1,4 +1,5 @@
-"""The ``hycache`` command line: conformance, simulate, compare, tune, init-model, verify.
+"""The ``hycache`` command line: conformance, simulate, compare, tune, init-model, verify,
+serve.
 
 Exit codes: 0 success, 1 a check failed (mismatch), 2 bad input (argparse: the option and the
 reason; a HycacheError: ``hycache: error: ...`` with file, line and reason where there are),
@@ -93,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hycache.cli.engine import register as register_engine
 
     register_engine(sub)
+    from hycache.cli.serve import register as register_serve
+
+    register_serve(sub)
     return parser
 
 

@@ -5,14 +5,17 @@ this package does not import torch; the modules that run models do.
 
 Modules:
 
-* ``archs``: tiny random checkpoints of each architecture (``hycache init-model``);
+* ``archs``: tiny random checkpoints of each architecture (``hycache init-model``), with the
+  locally trained tokenizer of ``tokenizer``;
 * ``model``: loading through ``AutoModelForCausalLM.from_pretrained``, measuring what each
   layer caches, the spec the pool accounts with;
 * ``store``: the tensors behind the pool's page and slot ids, with owner tags;
 * ``engine``: admit -> restore (gather KV pages, clone the cached state) -> chunked prefill
-  with checkpoints copied before the next chunk -> greedy decode -> finish -> scatter; its
+  with checkpoints copied before the next chunk -> decode -> finish -> scatter; its
   parts: ``request`` (request and result types), ``transfer`` (KV gather/scatter and state
-  copies against the store), ``checkpoints`` (and the injected faults), ``accounting``;
+  copies against the store), ``checkpoints`` (and the injected faults), ``accounting``,
+  ``scheduler`` (interleaving, one step at a time), ``sampling`` (greedy or seeded);
+* ``online``: the engine on a long-running scheduler thread (what ``hycache serve`` runs);
 * ``workloads``: short chat / branching / docqa streams (and scaled simulator workloads);
 * ``verify``: cached vs cold runs (``hycache verify``); ``cli_engine``: the subcommands.
 

@@ -3,7 +3,9 @@
 Each architecture is built with its own transformers configuration class, instantiated with
 ``AutoModelForCausalLM.from_config`` from a seeded generator and written with
 ``save_pretrained`` (``config.json`` + ``model.safetensors``), so loading it goes through the
-same path as a real checkpoint. Importing this module does not import torch; the builders do.
+same path as a real checkpoint. A byte-level BPE tokenizer trained locally
+(``hycache.engine.tokenizer``: ``tokenizer.json`` + ``tokenizer_config.json``) goes beside it,
+so ``hycache serve`` can take text. Importing this module does not import torch; the builders do.
 
 Layouts follow the published models in miniature: Qwen3-Next / Qwen3.5 / Kimi-Linear put full
 attention on every 4th layer (3 linear : 1 full), NemotronH interleaves Mamba2, MLP and
@@ -24,6 +26,8 @@ from hycache.errors import ConfigError
 
 #: Vocabulary of the tiny models (workload token ids are mapped ``% vocab``).
 TINY_VOCAB = 1024
+#: Smallest vocabulary that holds the tokenizer's special tokens and its 256 byte symbols.
+MIN_TOKENIZER_VOCAB = 261
 #: Sliding window of the tiny Gemma 3 (a multiple of every preset's page size).
 TINY_WINDOW = 32
 
@@ -292,9 +296,11 @@ def init_model(
     hidden: int = 64,
     seed: int = 0,
     vocab: int = TINY_VOCAB,
+    tokenizer: bool = True,
 ) -> Path:
-    """Write a tiny random ``arch`` checkpoint (config.json + model.safetensors) to ``out``.
-    Deterministic for a given seed. Returns the directory."""
+    """Write a tiny random ``arch`` checkpoint (config.json + model.safetensors, and with
+    ``tokenizer`` a trained tokenizer when ``vocab`` can hold one) to ``out``. Deterministic
+    for a given seed. Returns the directory."""
     kwargs = tiny_config_dict(arch, layers=layers, hidden=hidden, vocab=vocab)
     spec = get_arch(arch)
     from hycache.engine.model import require_engine
@@ -320,4 +326,8 @@ def init_model(
         spec.fixup(saved)
     saved["_name_or_path"] = f"hycache-tiny-{arch}"
     config_path.write_text(json.dumps(saved, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if tokenizer and vocab >= MIN_TOKENIZER_VOCAB:
+        from hycache.engine.tokenizer import save_tokenizer
+
+        save_tokenizer(target, vocab, max_length=int(kwargs["max_position_embeddings"]))
     return target

@@ -11,19 +11,22 @@ Per request (see ``hycache.cache.facade`` for the lease lifecycle):
    checkpoint), always with explicit ``position_ids``. Right after the chunk that ends at a
    planned checkpoint, and before anything extends the state again, ask
    ``record_checkpoint`` for a slot and copy the state into it.
-3. Decode greedily (decode-time checkpoints likewise), ``extend`` the lease with the tokens fed
-   back, copy the running state into ``lease.final_state_slot`` (``finish`` keeps it as the
-   end-of-request state when the plan says so), ``finish``.
+3. Decode (greedy, or seeded sampling: ``hycache.engine.sampling``; decode-time checkpoints
+   likewise; a stop token or ``on_token`` returning True ends it early), ``extend`` the lease
+   with the tokens fed back, copy the running state into ``lease.final_state_slot``
+   (``finish`` keeps it as the end-of-request state when the plan says so), ``finish``.
 4. Publish and scatter: when the prefill ends, ``publish`` makes the prompt part of the cache
    and the engine writes its KV into the pages ``PublishResult.pages`` names; at ``finish`` it
    writes the rest into ``FinishResult.pages``: every page whose owner tag is not this prefix
    (new pages, and reused ids that still hold an earlier owner's data). The engine never
    walks the tree: it uses what the lease, ``publish`` and ``finish`` return.
 
-Requests are interleaved (``max_running``): each step advances one request by one chunk or one
-decode token, so several leases are in flight at once; a request the cache answers with
-``Wait`` waits until others finish. After every request the pool is checked against its
-budget.
+Requests are interleaved (``max_running``) by a ``Scheduler`` (``hycache.engine.scheduler``):
+each step advances one request by one chunk or one decode token, so several leases are in
+flight at once; a request the cache answers with ``Wait`` waits until others finish. After
+every request the pool is checked against its budget. ``run`` steps until its source is
+exhausted; a server steps forever instead (``hycache.engine.online``), streaming tokens
+through the optional ``on_token`` callback.
 
 Fault injection (``inject``), to prove the verifier catches what it must:
 
@@ -40,16 +43,15 @@ Fault injection (``inject``), to prove the verifier catches what it must:
 
 The parts live in their own modules: the request and result types in ``request``, the KV
 gather/scatter and state copies against the store in ``transfer``, checkpoints and the faults
-injected into them in ``checkpoints``, the memory checks in ``accounting``; this module holds
-``Engine``'s scheduler and per-request run loop (and re-exports the request types).
+injected into them in ``checkpoints``, the memory checks in ``accounting``, the schedule in
+``scheduler``, token picking in ``sampling``; this module holds ``Engine``'s per-request run
+loop (and re-exports the request types).
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hycache.cache.facade import HybridPrefixCache
@@ -58,7 +60,15 @@ from hycache.engine.accounting import MemoryCheck
 from hycache.engine.checkpoints import Checkpointer, Deferred
 from hycache.engine.faults import INJECTS, FaultLog
 from hycache.engine.model import LoadedModel
-from hycache.engine.request import EngineRequest, ListSource, RequestResult, RequestSource
+from hycache.engine.request import (
+    EngineRequest,
+    ListSource,
+    RequestResult,
+    RequestSource,
+    TokenCallback,
+)
+from hycache.engine.sampling import greedy_pick, make_picker
+from hycache.engine.scheduler import Scheduler, Step
 from hycache.engine.store import PrefixTags, TensorStore
 from hycache.engine.transfer import Transfer
 from hycache.errors import CapacityError, ConfigError, IntegrityError
@@ -77,20 +87,12 @@ __all__ = [
 ]
 
 
-@dataclass
-class _Flight:
-    """A request in flight: its result so far, its step generator and its lease."""
-
-    result: RequestResult
-    steps: Generator[None, None, None]
-    lease: Lease
-
-
 class Engine:
     """Runs requests on ``model`` with ``cache``; the tensors behind the cache's ids live in
     ``self.store``. Composed of a ``Transfer`` (tensors in and out of the store), a
     ``Checkpointer`` (state copies, injected checkpoint faults), a ``MemoryCheck`` and a
-    ``FaultLog`` (what an injected fault stored and how often a request read it)."""
+    ``FaultLog`` (what an injected fault stored and how often a request read it).
+    ``on_token``: called with every generated token (see ``TokenCallback``)."""
 
     def __init__(
         self,
@@ -102,6 +104,7 @@ class Engine:
         check_owners: bool = True,
         check_tree: bool = False,
         publish: bool = True,
+        on_token: TokenCallback | None = None,
     ) -> None:
         if inject is not None and inject not in INJECTS:
             raise ConfigError(f"unknown inject {inject!r}; known: {', '.join(INJECTS)}")
@@ -126,6 +129,7 @@ class Engine:
         self.faults = FaultLog()
         self.transfer = Transfer(model, self.store, self.faults, check_owners=check_owners)
         self.checkpoints = Checkpointer(cache, self.transfer, self.faults, inject=inject)
+        self.on_token = on_token
         self.requests_done = 0
         self.cache_clears = 0
 
@@ -133,65 +137,27 @@ class Engine:
     def run(self, requests: Iterable[EngineRequest] | RequestSource) -> list[RequestResult]:
         """Run every request (interleaving up to ``max_running``); results in finish order."""
         source = requests if isinstance(requests, RequestSource) else ListSource(requests)
-        running: list[_Flight] = []
+        scheduler = Scheduler(self, source)
         try:
-            return self._schedule(source, running)
-        finally:
-            for flight in running:  # an error stopped the run: abort what is still in flight
-                flight.steps.close()
-                if flight.lease.active:
-                    self.cache.abort(flight.lease)
-
-    def _schedule(self, source: RequestSource, running: list[_Flight]) -> list[RequestResult]:
-        results: list[RequestResult] = []
-        waiting: deque[EngineRequest] = deque()
-        waits: dict[int, int] = {}
-        while True:
-            while len(running) < self.max_running:
-                request = waiting[0] if waiting else source.next_ready()
-                if request is None:
-                    break
-                outcome = self._admit(request, idle=not running)
-                if isinstance(outcome, Wait):
-                    waits[id(request)] = waits.get(id(request), 0) + 1
-                    if not waiting:
-                        waiting.append(request)
-                    break
-                if waiting and waiting[0] is request:
-                    waiting.popleft()
-                if isinstance(outcome, RequestResult):  # failed cleanly
-                    outcome.waits = waits.pop(id(request), 0)
-                    results.append(outcome)
-                    source.done(outcome)
-                    continue
-                result = RequestResult(request, "running", outcome.hit, outcome.kv_hit)
-                result.waits = waits.pop(id(request), 0)
-                running.append(_Flight(result, self._process(request, outcome, result), outcome))
-            if not running:
-                if waiting or not source.exhausted:
-                    if waiting:
-                        continue  # idle now: the next admit runs with idle=True
+            while True:
+                step = scheduler.step()
+                if step is Step.DONE:
+                    return scheduler.results
+                if step is Step.IDLE:
                     raise RuntimeError("request source has nothing ready and nothing is running")
-                break
-            for flight in list(running):
-                try:
-                    next(flight.steps)
-                except StopIteration:
-                    running.remove(flight)
-                    results.append(flight.result)
-                    self.requests_done += 1
-                    self.memory.check()
-                    source.done(flight.result)
-        return results
+        finally:
+            scheduler.close()  # an error stopped the run: abort what is still in flight
 
-    def _admit(self, request: EngineRequest, *, idle: bool) -> Lease | Wait | RequestResult:
-        if request.max_new_tokens < 1:
-            raise ConfigError("a request must generate at least one token")
-        if not request.prompt:
-            raise ConfigError("a request needs at least one prompt token")
-        vocab = self.model.vocab_size
-        if any(not 0 <= t < vocab for t in request.prompt):
-            raise ConfigError(f"request {request.rid!r}: token ids must be in [0, {vocab})")
+    def request_ended(self, result: RequestResult) -> None:
+        """A request admitted earlier ended (done or aborted): count it, check the memory."""
+        if result.status == "done":
+            self.requests_done += 1
+        self.memory.check()
+
+    def admit_request(self, request: EngineRequest, *, idle: bool) -> Lease | Wait | RequestResult:
+        """Admit ``request``: its lease, a ``Wait``, or a failed result (it cannot fit).
+        ``idle``: nothing else is in flight, so a ``Wait`` clears the cache and retries."""
+        self.check_request(request)
         try:
             outcome = self._admit_once(request)
             if isinstance(outcome, Wait) and idle:
@@ -205,6 +171,16 @@ class Engine:
         except CapacityError as exc:
             return RequestResult(request, "failed", error=str(exc))
         return outcome
+
+    def check_request(self, request: EngineRequest) -> None:
+        """ConfigError unless ``request`` can run on this model (tokens, ids, lengths)."""
+        if request.max_new_tokens < 1:
+            raise ConfigError("a request must generate at least one token")
+        if not request.prompt:
+            raise ConfigError("a request needs at least one prompt token")
+        vocab = self.model.vocab_size
+        if any(not 0 <= t < vocab for t in request.prompt):
+            raise ConfigError(f"request {request.rid!r}: token ids must be in [0, {vocab})")
 
     def _admit_once(self, request: EngineRequest) -> Lease | Wait:
         return self.cache.admit(
@@ -221,9 +197,11 @@ class Engine:
         self.cache.end_session(session)
 
     # ------------------------------------------------------------------ one request
-    def _process(
+    def process(
         self, request: EngineRequest, lease: Lease, result: RequestResult
     ) -> Generator[None, None, None]:
+        """Run an admitted request, one chunk or token per ``next``; closing the generator
+        early aborts the lease."""
         try:
             yield from self._steps(request, lease, result)
         except BaseException:
@@ -235,8 +213,6 @@ class Engine:
     def _steps(
         self, request: EngineRequest, lease: Lease, result: RequestResult
     ) -> Generator[None, None, None]:
-        import torch
-
         started = time.perf_counter()
         prompt = list(request.prompt)
         n = len(prompt)
@@ -287,8 +263,11 @@ class Engine:
             elif published.cached_tokens:
                 self.transfer.scatter(lease.key, ns, dc, kv_start, pos, published.pages)
         result.logits.append(logits)
-        output = [int(torch.argmax(logits))]
-        while len(output) < request.max_new_tokens:
+        pick = make_picker(request.sampling)
+        output = [pick(logits)]
+        result.output = output
+        stopped = self._stop_after(request, result, output[-1])
+        while len(output) < request.max_new_tokens and not stopped:
             token = output[-1]
             tokens.append(token)
             logits = self.model.forward(dc, [token], pos)
@@ -298,9 +277,11 @@ class Engine:
             if pos in planned:
                 checkpoints.checkpoint(lease, dc, tags, pos, planned[pos], deferred, result)
             result.logits.append(logits)
-            output.append(int(torch.argmax(logits)))
+            output.append(pick(logits))
+            stopped = self._stop_after(request, result, output[-1])
             yield
         result.output = output
+        result.finish_reason = "stop" if stopped else "length"
         fed = output[:-1]
         if self.inject == "stale-tail":
             fed = output  # the bug: the last token's KV was never computed
@@ -317,12 +298,15 @@ class Engine:
         finished = self.cache.finish(lease)
         self.transfer.scatter(full_key, ns, dc, kv_start, pos, finished.pages)
 
+    def _stop_after(self, request: EngineRequest, result: RequestResult, token: int) -> bool:
+        """Tell ``on_token`` about ``token``; whether the request ends after it."""
+        stop = self.on_token is not None and self.on_token(result, token)
+        return stop or token in request.stop_token_ids
+
     # ------------------------------------------------------------------ reference
     def run_cold(self, prompt: Sequence[int], max_new_tokens: int) -> RequestResult:
         """The same request without any cache: one prefill of the whole prompt, then greedy
         decode. Touches neither the cache nor the store."""
-        import torch
-
         request = EngineRequest(tuple(prompt), max_new_tokens)
         result = RequestResult(request, "done")
         dc = self.model.new_cache()
@@ -331,11 +315,11 @@ class Engine:
         result.prefill_s = time.perf_counter() - started
         pos = len(prompt)
         result.logits.append(logits)
-        output = [int(torch.argmax(logits))]
+        output = [greedy_pick(logits)]
         while len(output) < max_new_tokens:
             logits = self.model.forward(dc, [output[-1]], pos)
             pos += 1
             result.logits.append(logits)
-            output.append(int(torch.argmax(logits)))
+            output.append(greedy_pick(logits))
         result.output = output
         return result

@@ -3,15 +3,18 @@
 ``EngineRequest`` is one prompt with its generation length; ``RequestResult`` is what running it
 did (tokens, logits, hits, checkpoints, owner-tag violations). A ``RequestSource`` hands out
 requests as they become ready (``ListSource``: all at once, in order) and is told when each
-finishes. Plain data: nothing here touches the cache, the model or torch at runtime.
+finishes. ``TokenCallback`` is what the engine calls with every token it generates (streaming,
+stop strings). Plain data: nothing here touches the cache, the model or torch at runtime.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from hycache.engine.sampling import Sampling
 
 if TYPE_CHECKING:
     import torch
@@ -19,20 +22,27 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class EngineRequest:
-    """A prompt to run: ``max_new_tokens`` greedy tokens are generated (at least 1)."""
+    """A prompt to run: up to ``max_new_tokens`` tokens are generated (at least 1), greedily
+    unless ``sampling`` says otherwise; generation stops early after a token in
+    ``stop_token_ids`` (that token is part of the output)."""
 
     prompt: tuple[int, ...]
     max_new_tokens: int = 1
     namespace: str | None = None
     session: str | None = None
     rid: str = ""
+    sampling: Sampling | None = None
+    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass
 class RequestResult:
     """What a request did. ``logits[0]``: the last prompt token's logits; ``logits[i]``: the
-    logits after feeding ``output[i - 1]``. ``status``: "done" or "failed" (``error`` says
-    why; nothing of it was cached)."""
+    logits after feeding ``output[i - 1]``. ``status``: "done", "failed" (``error`` says
+    why; nothing of it was cached) or "aborted" (stopped from outside; nothing cached).
+    ``finish_reason``: "length" (``max_new_tokens`` reached), "stop" (a stop token, or the
+    token callback asked to stop), "abort" or "" (not finished). ``output`` grows token by
+    token while the request runs."""
 
     request: EngineRequest
     status: str
@@ -47,6 +57,12 @@ class RequestResult:
     waits: int = 0
     #: recomputed prompt tokens whose queries read cached attention KV in place
     in_place_tokens: int = 0
+    finish_reason: str = ""
+
+
+#: Called by the engine with each generated token, right after it is picked (the request's
+#: ``output`` already ends with it); returning True ends the request after this token.
+TokenCallback = Callable[[RequestResult, int], bool]
 
 
 @runtime_checkable
