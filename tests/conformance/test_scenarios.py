@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from hycache.conformance.reference import ReferenceCache
-from hycache.conformance.scenario import Mismatch, load_scenario, run_scenario
+from hycache.conformance.scenario import Mismatch, TargetFactory, load_scenario, run_scenario
 from hycache.conformance.tree_target import TreeTarget
 from hycache.errors import ScenarioError
 
@@ -24,14 +24,17 @@ SHARED_DIR = Path(__file__).resolve().parents[2] / "data" / "conformance" / "pub
 
 OWN_FILES = sorted(OWN_DIR.glob("*.json"))
 SHARED_FILES = sorted(SHARED_DIR.glob("*.json")) if SHARED_DIR.is_dir() else []
-ALL_FILES = OWN_FILES + SHARED_FILES
+OWN_TIER_FILES = sorted((OWN_DIR / "tiers").glob("*.json"))
+SHARED_TIER_FILES = sorted((SHARED_DIR / "tiers").glob("*.json"))
+ALL_FILES = OWN_FILES + SHARED_FILES + OWN_TIER_FILES + SHARED_TIER_FILES
 
-TARGETS = {"tree": TreeTarget, "reference": ReferenceCache}
+TARGETS: dict[str, TargetFactory] = {"tree": TreeTarget, "reference": ReferenceCache}
 
 
 def _file_id(path: Path) -> str:
-    origin = "own" if path.parent == OWN_DIR else "shared"
-    return f"{origin}/{path.stem}"
+    origin = "own" if OWN_DIR in (path.parent, path.parent.parent) else "shared"
+    tiers = "tiers/" if path.parent.name == "tiers" else ""
+    return f"{origin}/{tiers}{path.stem}"
 
 
 # ---------------------------------------------------------------------- every scenario passes
@@ -47,6 +50,11 @@ def test_scenario_passes(path: Path, target: str) -> None:
 
 def test_enough_own_scenarios() -> None:
     assert len(OWN_FILES) >= 25, f"only {len(OWN_FILES)} scenarios in {OWN_DIR}"
+
+
+def test_enough_own_tier_scenarios() -> None:
+    assert len(OWN_TIER_FILES) >= 15, f"only {len(OWN_TIER_FILES)} tier scenarios"
+    assert len(SHARED_TIER_FILES) >= 3
 
 
 def test_shared_examples_found() -> None:

@@ -77,13 +77,18 @@ class Op:
     b: int = 0
     states: tuple[int, ...] = ()
     raw: bool = False  # use a/b as given (may be invalid) instead of deriving valid positions
+    tier: int = 0  # the tier an insert or drop acts on, a copy's target
+    source: int = 0  # a copy's source tier
 
     def __repr__(self) -> str:
         extra = f" a={self.a} b={self.b}"
         if self.kind in ("insert", "slide"):
             extra = f" states={self.states}" + (extra if self.kind == "slide" else "")
         raw = " raw" if self.raw else ""
-        return f"{self.kind}({list(self.tokens)}, ns={self.namespace!r}{extra}{raw})"
+        tier = f" tier={self.tier}" if self.tier else ""
+        if self.kind == "copy":
+            tier = f" tier={self.tier} source={self.source}"
+        return f"{self.kind}({list(self.tokens)}, ns={self.namespace!r}{extra}{raw}{tier})"
 
 
 class Example:
@@ -95,18 +100,20 @@ class Example:
         stems: tuple[tuple[int, ...], ...],
         ops: tuple[Op, ...],
         insert_after_match: bool,
+        tiers: int = 1,
     ) -> None:
         self.groups = groups
         self.stems = stems
         self.ops = ops
         self.insert_after_match = insert_after_match
+        self.tiers = tiers
 
     def __repr__(self) -> str:
         stems = [list(s) for s in self.stems]
         ops = "".join(f"\n  {op!r}," for op in self.ops)
         return (
             f"Example(groups={list(self.groups)}, stems={stems}, "
-            f"insert_after_match={self.insert_after_match}, ops=[{ops}\n])"
+            f"insert_after_match={self.insert_after_match}, tiers={self.tiers}, ops=[{ops}\n])"
         )
 
 
@@ -129,6 +136,7 @@ def _op(
     position: st.SearchStrategy[int],
     states_at: st.SearchStrategy[tuple[int, ...]],
     has_recurrent: bool,
+    tiers: int = 1,
 ) -> Op:
     """One step (module level: a composite decorated per example would re-read its source)."""
     kind = draw(op_kind)
@@ -139,11 +147,16 @@ def _op(
     states: tuple[int, ...] = ()
     if (kind in ("insert", "slide") and has_recurrent) or raw:
         states = draw(states_at)
-    return Op(kind, toks, ns, a, b, states, raw)
+    tier = source = 0
+    if tiers > 1:  # drawn only with tiers: single-tier examples stay as they were
+        tier, source = draw(st.integers(0, tiers - 1)), draw(st.integers(0, tiers - 1))
+    return Op(kind, toks, ns, a, b, states, raw, tier, source)
 
 
 @st.composite
-def examples(draw: st.DrawFn, kinds: tuple[str, ...], page: int, max_len: int) -> Example:
+def examples(
+    draw: st.DrawFn, kinds: tuple[str, ...], page: int, max_len: int, tiers: int = 1
+) -> Example:
     # groups: windows per SWA group (distinct when there are two), random order of groups
     windows: list[int] = []
     for kind in kinds:
@@ -178,6 +191,9 @@ def examples(draw: st.DrawFn, kinds: tuple[str, ...], page: int, max_len: int) -
     tail = st.one_of(st.just(()), st.lists(ALPHABET, max_size=tail_size).map(tuple))
     has_recurrent = "recurrent" in kinds
     weights = {"insert": 4, "slide": 3, "match": 1, "lock": 2, "unlock": 1}
+    if tiers > 1:  # slides need one tier; copies move data between tiers
+        del weights["slide"]
+        weights["copy"] = 3
     for kind in ("full", "swa", "recurrent"):
         weights[f"drop_{kind}"] = 3 if kind in kinds else 1  # absent kinds: refused on both
     op_kind = st.sampled_from([k for k, w in weights.items() for _ in range(w)])
@@ -194,12 +210,13 @@ def examples(draw: st.DrawFn, kinds: tuple[str, ...], page: int, max_len: int) -
         position=position,
         states_at=states_at,
         has_recurrent=has_recurrent,
+        tiers=tiers,
     )
     # A list of chunks: about 20 ops on average (a flat list averages far fewer), and the
     # shrinker can still delete single ops or whole chunks.
     chunks = draw(st.lists(st.lists(op_strategy, min_size=1, max_size=8), min_size=1, max_size=8))
     ops = [o for chunk in chunks for o in chunk]
-    return Example(tuple(groups), tuple(stems), tuple(ops), draw(st.booleans()))
+    return Example(tuple(groups), tuple(stems), tuple(ops), draw(st.booleans()), tiers)
 
 
 # ---------------------------------------------------------------------- model comparison
@@ -236,11 +253,17 @@ class Pair:
     """Both models, driven in lockstep."""
 
     def __init__(
-        self, page: int, groups: Sequence[GroupConfig], insert_after_match: bool = False
+        self,
+        page: int,
+        groups: Sequence[GroupConfig],
+        insert_after_match: bool = False,
+        tiers: int = 1,
     ) -> None:
         self.page = page
-        self.tree = TreeTarget(page, groups)
-        self.ref = ReferenceCache(page, groups)
+        names = ("device", "host", "storage", "remote")[:tiers]
+        self.tiered = tiers > 1
+        self.tree = TreeTarget(page, groups, names)
+        self.ref = ReferenceCache(page, groups, names)
         self.locks: list[tuple[int, int]] = []  # (tree handle, reference handle)
         # the tree's latest match result per (tokens, namespace), possibly stale by now
         self.last_match: dict[tuple[tuple[int, ...], str | None], MatchResult] = {}
@@ -261,7 +284,8 @@ class Pair:
             tree.insert = insert  # type: ignore[method-assign]
 
     def compare_content(self, where: str) -> None:
-        assert tree_content(self.tree) == self.ref.live, f"content differs {where}"
+        want = [live for tier in self.ref.tier_live for live in tier]
+        assert tree_content(self.tree) == want, f"content differs {where}"
 
     def compare_match(self, tokens: Sequence[int], ns: str | None) -> None:
         found = self.tree.tree.match(tokens, ns)
@@ -269,6 +293,10 @@ class Pair:
         got = (found.hit, found.kv_hit)
         want = self.ref.match(tokens, ns)
         assert got == want, f"match({list(tokens)}, ns={ns!r}): tree {got} != reference {want}"
+        if self.tiered:
+            tree_from = self.tree.sources(tokens, ns)
+            ref_from = self.ref.sources(tokens, ns)
+            assert tree_from == ref_from, f"sources({list(tokens)}): {tree_from} != {ref_from}"
 
     def cached_positions(self, tokens: Sequence[int], ns: str | None) -> list[int]:
         """Page-aligned lengths in (0, matched] of the tree's token path."""
@@ -307,8 +335,8 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
             pair.compare_match(toks, ns)  # a fresh ``after`` for this insert
         outcome = pair.both(
             "insert",
-            lambda: pair.tree.insert(toks, states, ns),
-            lambda: pair.ref.insert(toks, states, ns),
+            lambda: pair.tree.insert(toks, states, ns, tier=op.tier),
+            lambda: pair.ref.insert(toks, states, ns, tier=op.tier),
         )
     elif op.kind == "slide":
         states = list(op.states) if op.raw else [pos(s, aligned_n) or page for s in op.states]
@@ -332,8 +360,8 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
             at = 0  # nothing aligned fits: ask for 0 (an error on both sides)
         outcome = pair.both(
             "drop_recurrent",
-            lambda: pair.tree.drop_recurrent(toks, at, ns),
-            lambda: pair.ref.drop_recurrent(toks, at, ns),
+            lambda: pair.tree.drop_recurrent(toks, at, ns, op.tier),
+            lambda: pair.ref.drop_recurrent(toks, at, ns, op.tier),
         )
     elif op.kind == "drop_swa":
         if op.raw:
@@ -345,15 +373,23 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
             start, end = sorted((pos(op.a, aligned_n), pos(op.b, aligned_n)))
         outcome = pair.both(
             "drop_swa",
-            lambda: pair.tree.drop_swa(toks, start, end, ns),
-            lambda: pair.ref.drop_swa(toks, start, end, ns),
+            lambda: pair.tree.drop_swa(toks, start, end, ns, op.tier),
+            lambda: pair.ref.drop_swa(toks, start, end, ns, op.tier),
         )
     elif op.kind == "drop_full":
         start = pos(op.a, aligned_n)
         outcome = pair.both(
             "drop_full",
-            lambda: pair.tree.drop_full(toks, start, ns),
-            lambda: pair.ref.drop_full(toks, start, ns),
+            lambda: pair.tree.drop_full(toks, start, ns, op.tier),
+            lambda: pair.ref.drop_full(toks, start, ns, op.tier),
+        )
+    elif op.kind == "copy":
+        first = pair.tree.tree.tiers[0]  # half all components, half one group's kind
+        kinds = None if op.b % 2 else [first[op.a % len(first)].kind]
+        outcome = pair.both(
+            "copy",
+            lambda: pair.tree.copy(toks, op.tier, op.source, kinds, ns),
+            lambda: pair.ref.copy(toks, op.tier, op.source, kinds, ns),
         )
     elif op.kind == "lock":
         candidates = pair.cached_positions(toks, ns)
@@ -395,7 +431,7 @@ def _run_op(pair: Pair, op: Op, stems: Sequence[tuple[int, ...]]) -> None:
 def run_example(page: int, example: Example) -> None:
     note(f"page_size={page} groups={example.groups}")
     note(f"stems={[list(s) for s in example.stems]}")
-    pair = Pair(page, example.groups, example.insert_after_match)
+    pair = Pair(page, example.groups, example.insert_after_match, example.tiers)
     for i, op in enumerate(example.ops):
         note(f"step {i}: {op!r}")
         _run_op(pair, op, example.stems)
@@ -446,6 +482,35 @@ def test_tree_matches_reference(
         database=None,
     )
     @given(example=examples(kinds, page, max_len))
+    def run(example: Example) -> None:
+        run_example(page, example)
+
+    run()
+
+
+# Tiers (DESIGN.md section 4b): inserts and drops on a random tier, copies between tiers, and
+# ``from`` / ``state_from`` compared after every step.
+TIER_COMBOS = {"FR": COMBOS["FR"], "FSR": COMBOS["FSR"], "R": COMBOS["R"], "S": COMBOS["S"]}
+
+
+def _tier_params() -> list[object]:
+    params: list[object] = []
+    for page in (1, 2):
+        for name, kinds in TIER_COMBOS.items():
+            marks = [pytest.mark.slow] if name == "FSR" else []
+            params.append(pytest.param(page, kinds, id=f"tiers-p{page}-{name}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("page", "kinds"), _tier_params())
+def test_tiered_tree_matches_reference(page: int, kinds: tuple[str, ...]) -> None:
+    @settings(
+        max_examples=60 * SCALE,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )
+    @given(example=examples(kinds, page, 20, tiers=3))
     def run(example: Example) -> None:
         run_example(page, example)
 

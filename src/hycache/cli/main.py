@@ -28,7 +28,12 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
 
 
 #: Scenarios ``hycache conformance`` runs when given no FILE (relative to the working directory).
-BUNDLED_SCENARIOS = (Path("data/conformance/public"), Path("data/conformance/own"))
+BUNDLED_SCENARIOS = (
+    Path("data/conformance/public"),
+    Path("data/conformance/own"),
+    Path("data/conformance/public/tiers"),
+    Path("data/conformance/own/tiers"),
+)
 
 
 def scenario_files(files: Sequence[str]) -> list[str]:

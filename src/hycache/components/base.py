@@ -14,6 +14,9 @@ does not change. The tree calls:
 * ``deepest_accepted(path, bound)``  the validator: the deepest page-aligned prefix length
                          ``p <= bound`` this component can restore along ``path`` (nodes from the
                          root down, the last possibly only partly matched). 0 always qualifies.
+* ``deepest_accepted_in(path, bound, slots)``  the same validator over the union of the
+                         data in ``slots`` (the group's slots on every tier, see
+                         :mod:`hycache.tree.tiers`).
 * ``check_node(node)``   check the component's invariants on one node (IntegrityError).
 
 An insert that slides windows (``RadixTree.insert(..., slide=plan)``, see
@@ -75,6 +78,11 @@ class Component(ABC):
         """Make data present for the node's positions; return True if it was newly made."""
         return False
 
+    def copy_onto(self, node: Node) -> bool:
+        """Make this component's data present on ``node`` as a copy of another tier's (the
+        tree checked that tier holds it); True if newly made. Default: ``fill``."""
+        return self.fill(node)
+
     def units_for(self, tokens: int) -> int:
         """Store units ``fill`` takes for ``tokens`` (page-aligned) positions; 0 if it fills
         nothing."""
@@ -98,6 +106,11 @@ class Component(ABC):
 
     @abstractmethod
     def deepest_accepted(self, path: Sequence[Node], bound: int) -> int: ...
+
+    @abstractmethod
+    def deepest_accepted_in(self, path: Sequence[Node], bound: int, slots: Sequence[int]) -> int:
+        """``deepest_accepted`` over the union of ``slots`` (the same group on several tiers):
+        data counts as present on a node when any of those slots holds it."""
 
     def bytes_on(self, node: Node) -> int:
         """Bytes this component holds on ``node`` (0 when the component is not sized)."""

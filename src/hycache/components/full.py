@@ -64,6 +64,9 @@ class PagedKVComponent(Component):
     def deepest_accepted(self, path: Sequence[Node], bound: int) -> int:
         raise NotImplementedError
 
+    def deepest_accepted_in(self, path: Sequence[Node], bound: int, slots: Sequence[int]) -> int:
+        raise NotImplementedError
+
 
 class FullComponent(PagedKVComponent):
     """Accepts every prefix whose KV is present from the root down."""
@@ -75,6 +78,15 @@ class FullComponent(PagedKVComponent):
         slot = self.slot
         for node in path:
             if node.data[slot] is None:
+                return min(node.start, bound)
+            if node.end >= bound:
+                return bound
+        return bound
+
+    def deepest_accepted_in(self, path: Sequence[Node], bound: int, slots: Sequence[int]) -> int:
+        for node in path:
+            data = node.data
+            if all(data[s] is None for s in slots):
                 return min(node.start, bound)
             if node.end >= bound:
                 return bound

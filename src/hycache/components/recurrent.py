@@ -36,6 +36,9 @@ class RecurrentComponent(Component):
         node.data[slot] = self.store.alloc_slot()
         return True
 
+    def copy_onto(self, node: Node) -> bool:
+        return self.put(node)
+
     def split(self, upper: Node, lower: Node) -> None:
         """The state stays with ``lower`` (it is at the original end); ``upper`` has none."""
 
@@ -51,6 +54,13 @@ class RecurrentComponent(Component):
         for i in range(len(path) - 1, -1, -1):
             node = path[i]
             if node.end <= bound and node.data[slot] is not None:
+                return node.end
+        return 0
+
+    def deepest_accepted_in(self, path: Sequence[Node], bound: int, slots: Sequence[int]) -> int:
+        for i in range(len(path) - 1, -1, -1):
+            node = path[i]
+            if node.end <= bound and any(node.data[s] is not None for s in slots):
                 return node.end
         return 0
 

@@ -110,5 +110,25 @@ class SlidingWindowComponent(PagedKVComponent):
                 best = candidate
         return best
 
+    def deepest_accepted_in(self, path: Sequence[Node], bound: int, slots: Sequence[int]) -> int:
+        """``deepest_accepted`` where a node is live when any of ``slots`` holds its pages."""
+        need = self.window - 1
+        page = self.page_size
+        if need == 0:
+            return bound
+        best = 0
+        run_start = 0
+        for node in path:
+            if node.start >= bound:
+                break
+            if all(node.data[s] is None for s in slots):
+                run_start = node.end
+                continue
+            top = min(node.end, bound)
+            candidate = top - top % page
+            if candidate - run_start >= need or run_start == 0:
+                best = candidate
+        return best
+
     def __repr__(self) -> str:
         return f"SlidingWindowComponent(window={self.window})"

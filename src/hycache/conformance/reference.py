@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hycache.errors import CacheUsageError
+from hycache.tree.tiers import TierSources
 
 Key = tuple[str | None, tuple[int, ...]]
 
@@ -43,10 +44,18 @@ class Slide:
 
 
 class ReferenceCache:
-    def __init__(self, page_size: int, groups: Sequence[GroupConfig]) -> None:
+    def __init__(
+        self, page_size: int, groups: Sequence[GroupConfig], tiers: Sequence[str] = ("device",)
+    ) -> None:
+        """``tiers``: tier names, fastest first (DESIGN.md section 4b)."""
+        if not tiers:
+            raise CacheUsageError("a model needs at least one tier")
         self.page_size = page_size
         self.groups = tuple(groups)
-        self.live: list[set[Key]] = [set() for _ in self.groups]  # KV / state per group
+        self.tier_names = tuple(tiers)
+        # KV / state per tier, per group; ``live`` is the first tier's
+        self.tier_live: list[list[set[Key]]] = [[set() for _ in self.groups] for _ in tiers]
+        self.live: list[set[Key]] = self.tier_live[0]
         self.locks: dict[int, tuple[Key, int]] = {}
         self._next_lock = 0
 
@@ -67,7 +76,11 @@ class ReferenceCache:
         states_at: Sequence[int] = (),
         namespace: str | None = None,
         slide: Slide | None = None,
+        tier: int = 0,
     ) -> None:
+        live_of = self._tier(tier)
+        if slide is not None and len(self.tier_live) > 1:
+            raise CacheUsageError("a sliding insert needs a single tier")
         limit = self._aligned(len(tokens))
         has_recurrent = any(g.kind == "recurrent" for g in self.groups)
         for p in states_at:
@@ -80,15 +93,68 @@ class ReferenceCache:
         anchors = None if slide is None else self._anchors(tokens, limit, states_at, namespace)
         for q in range(limit):
             key = self._pos(namespace, tokens, q)
-            for group, live in zip(self.groups, self.live, strict=True):
+            for group, live in zip(self.groups, live_of, strict=True):
                 if group.kind == "recurrent":
                     continue
                 if anchors is None or group.kind != "swa" or self._kept(group, q, anchors, slide):
                     live.add(key)
         for p in states_at:
-            for group, live in zip(self.groups, self.live, strict=True):
+            for group, live in zip(self.groups, live_of, strict=True):
                 if group.kind == "recurrent":
                     live.add(self._key(namespace, tokens, p))
+
+    def _tier(self, tier: int) -> list[set[Key]]:
+        if not 0 <= tier < len(self.tier_live):
+            raise CacheUsageError(f"no tier {tier}")
+        return self.tier_live[tier]
+
+    def _has(self, index: int, key: Key) -> bool:
+        """Whether any tier holds group ``index``'s data at ``key``."""
+        return any(key in live[index] for live in self.tier_live)
+
+    def _fastest(self, index: int, key: Key) -> int:
+        return min(t for t, live in enumerate(self.tier_live) if key in live[index])
+
+    def sources(self, tokens: Sequence[int], namespace: str | None = None) -> TierSources:
+        """Where the hit of ``tokens`` comes from: per position of ``[0, hit)`` the FULL page
+        from the slowest of the FULL groups' fastest holders; the state at the hit likewise."""
+        hit, _ = self.match(tokens, namespace)
+        full = [i for i, g in enumerate(self.groups) if g.kind == "full"]
+        recurrent = [i for i, g in enumerate(self.groups) if g.kind == "recurrent"]
+        kv_from: dict[int, int] = {}
+        if full:
+            for q in range(hit):
+                key = self._pos(namespace, tokens, q)
+                tier = max(self._fastest(i, key) for i in full)
+                kv_from[tier] = kv_from.get(tier, 0) + 1
+        state_from = None
+        if recurrent and hit:
+            key = self._key(namespace, tokens, hit)
+            state_from = max(self._fastest(i, key) for i in recurrent)
+        return TierSources(kv_from, state_from)
+
+    def copy(
+        self,
+        tokens: Sequence[int],
+        target: int,
+        source: int,
+        kinds: Sequence[str] | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Copy to tier ``target`` what tier ``source`` holds on ``tokens``' path."""
+        dst, src = self._tier(target), self._tier(source)
+        if target == source:
+            raise CacheUsageError("copy onto the same tier")
+        limit = self._aligned(len(tokens))
+        for i, group in enumerate(self.groups):
+            if kinds is not None and group.kind not in kinds:
+                continue
+            if group.kind == "recurrent":
+                ends = range(self.page_size, limit + 1, self.page_size)
+                keys = [self._key(namespace, tokens, p) for p in ends]
+            else:
+                keys = [self._pos(namespace, tokens, q) for q in range(limit)]
+            dst[i].update(k for k in keys if k in src[i])
 
     # ------------------------------------------------------------------ sliding windows
     def _anchors(
@@ -135,13 +201,16 @@ class ReferenceCache:
         return False
 
     def _accepts(self, index: int, tokens: Sequence[int], p: int, ns: str | None) -> bool:
-        group, live = self.groups[index], self.live[index]
+        group = self.groups[index]
         if p == 0 or group.kind == "full":
             return True  # FULL is checked through kv_hit
         if group.kind == "recurrent":
-            return self._key(ns, tokens, p) in live
+            return self._has(index, self._key(ns, tokens, p))
         assert group.window is not None
-        return all(self._pos(ns, tokens, q) in live for q in range(max(0, p - group.window + 1), p))
+        return all(
+            self._has(index, self._pos(ns, tokens, q))
+            for q in range(max(0, p - group.window + 1), p)
+        )
 
     def match(self, tokens: Sequence[int], namespace: str | None = None) -> tuple[int, int]:
         """(hit, kv_hit) for ``tokens``; a pure query."""
@@ -149,7 +218,7 @@ class ReferenceCache:
         kv_hit = 0
         for q in range(self._aligned(len(tokens))):
             key = self._pos(namespace, tokens, q)
-            present = all(key in self.live[i] for i in full) if full else self._known(key)
+            present = all(self._has(i, key) for i in full) if full else self._known(key)
             if not present:
                 break
             kv_hit = q + 1
@@ -164,7 +233,7 @@ class ReferenceCache:
         a position is tracked while some data or lock sits at or below it on its path."""
         ns, prefix = key
         n = len(prefix)
-        for live in self.live:
+        for live in (group for tier in self.tier_live for group in tier):
             for lns, lprefix in live:
                 if lns == ns and len(lprefix) >= n and lprefix[:n] == prefix:
                     return True
@@ -199,36 +268,46 @@ class ReferenceCache:
         )
 
     # ------------------------------------------------------------------ drops
-    def _drop(self, kind: str, keys: list[Key]) -> None:
+    def _drop(self, kind: str, keys: list[Key], tier: int = 0) -> None:
+        live = self._tier(tier)
         indices = [i for i, g in enumerate(self.groups) if g.kind == kind]
         if not indices:
             raise CacheUsageError(f"no {kind} group")
-        hit = [k for k in keys if any(k in self.live[i] for i in indices)]
+        hit = [k for k in keys if any(k in live[i] for i in indices)]
         if any(self._locked(k) for k in hit):
             raise CacheUsageError("drop touches a locked position")
         for i in indices:
-            self.live[i].difference_update(keys)
+            live[i].difference_update(keys)
 
     def _check_aligned(self, *positions: int) -> None:
         if any(p < 0 or p % self.page_size for p in positions):
             raise CacheUsageError(f"positions {positions} are not page-aligned")
 
-    def drop_recurrent(self, tokens: Sequence[int], at: int, namespace: str | None = None) -> None:
+    def drop_recurrent(
+        self, tokens: Sequence[int], at: int, namespace: str | None = None, tier: int = 0
+    ) -> None:
         self._check_aligned(at)
         if at == 0 or at > len(tokens):
             raise CacheUsageError(f"no state can sit at {at} of {len(tokens)} tokens")
-        self._drop("recurrent", [self._key(namespace, tokens, at)])
+        self._drop("recurrent", [self._key(namespace, tokens, at)], tier)
 
     def drop_swa(
-        self, tokens: Sequence[int], start: int, end: int, namespace: str | None = None
+        self,
+        tokens: Sequence[int],
+        start: int,
+        end: int,
+        namespace: str | None = None,
+        tier: int = 0,
     ) -> None:
         self._check_aligned(start, end)
         if end < start:
             raise CacheUsageError(f"range [{start}, {end}) is reversed")
         end = min(end, self._aligned(len(tokens)))
-        self._drop("swa", [self._pos(namespace, tokens, q) for q in range(start, end)])
+        self._drop("swa", [self._pos(namespace, tokens, q) for q in range(start, end)], tier)
 
-    def drop_full(self, tokens: Sequence[int], start: int, namespace: str | None = None) -> None:
+    def drop_full(
+        self, tokens: Sequence[int], start: int, namespace: str | None = None, tier: int = 0
+    ) -> None:
         self._check_aligned(start)
         end = self._aligned(len(tokens))
-        self._drop("full", [self._pos(namespace, tokens, q) for q in range(start, end)])
+        self._drop("full", [self._pos(namespace, tokens, q) for q in range(start, end)], tier)

@@ -13,6 +13,7 @@ from hycache.errors import CacheUsageError, IntegrityError
 from hycache.memory.unbounded import UnboundedStore
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
+from hycache.tree.tiers import TierSources, copy_path, tier_sources
 from hycache.tree.window import plan_slide
 
 
@@ -36,14 +37,26 @@ def build_components(groups: Sequence[GroupConfig], store: UnboundedStore) -> li
 class TreeTarget:
     """Adapts :class:`RadixTree` to the scenario operations; checks integrity after each."""
 
-    def __init__(self, page_size: int, groups: Sequence[GroupConfig]) -> None:
+    def __init__(
+        self, page_size: int, groups: Sequence[GroupConfig], tiers: Sequence[str] = ("device",)
+    ) -> None:
+        """``tiers``: tier names, fastest first (DESIGN.md section 4b); one store serves all."""
+        if not tiers:
+            raise CacheUsageError("a target needs at least one tier")
         self.store = UnboundedStore()
-        self.tree = RadixTree(page_size, build_components(groups, self.store))
+        self.tier_names = tuple(tiers)
+        lower = [build_components(groups, self.store) for _ in tiers[1:]]
+        self.tree = RadixTree(page_size, build_components(groups, self.store), lower_tiers=lower)
         self._locks: dict[int, Node] = {}
         self._next_lock = 0
 
-    def _of_kind(self, kind: str) -> list[Component]:
-        found = [c for c in self.tree.components if c.kind == kind]
+    def _tier(self, tier: int) -> tuple[Component, ...]:
+        if not 0 <= tier < len(self.tree.tiers):
+            raise CacheUsageError(f"no tier {tier}")
+        return self.tree.tiers[tier]
+
+    def _of_kind(self, kind: str, tier: int = 0) -> list[Component]:
+        found = [c for c in self._tier(tier) if c.kind == kind]
         if not found:
             raise CacheUsageError(f"no {kind} group")
         return found
@@ -54,12 +67,17 @@ class TreeTarget:
         states_at: Sequence[int] = (),
         namespace: str | None = None,
         slide: Slide | None = None,
+        tier: int = 0,
     ) -> None:
-        """Insert ``tokens`` and put states at ``states_at``. ``slide``: slide windows as a
-        finishing request does (``plan_slide``; None: a plain insert)."""
+        """Insert ``tokens`` into tier ``tier`` and put states at ``states_at`` there.
+        ``slide``: slide windows as a finishing request does (``plan_slide``; None: a plain
+        insert; single-tier trees only)."""
         page = self.tree.page_size
         cached = len(tokens) - len(tokens) % page
-        recurrent = [c for c in self.tree.components if isinstance(c, RecurrentComponent)]
+        components = self._tier(tier)
+        if slide is not None and len(self.tree.tiers) > 1:
+            raise CacheUsageError("a sliding insert needs a single-tier tree")
+        recurrent = [c for c in components if isinstance(c, RecurrentComponent)]
         for p in states_at:  # validate everything before mutating anything
             if p <= 0 or p % page or p > cached or not recurrent:
                 raise CacheUsageError(f"cannot put a state at {p} (cached {cached})")
@@ -67,7 +85,7 @@ class TreeTarget:
             raise CacheUsageError(f"{slide}: positions must be page-aligned")
         token_list = list(tokens)
         if slide is None:
-            path = self.tree.insert(token_list, namespace)
+            path = self.tree.insert(token_list, namespace, tier=tier)
         else:
             found = self.tree.match(token_list, namespace)
             plan = plan_slide(
@@ -97,8 +115,30 @@ class TreeTarget:
         result = self.tree.match(list(tokens), namespace)
         return result.hit, result.kv_hit
 
-    def drop_recurrent(self, tokens: Sequence[int], at: int, namespace: str | None = None) -> None:
-        components = self._of_kind("recurrent")
+    def sources(self, tokens: Sequence[int], namespace: str | None = None) -> TierSources:
+        """Where the hit of ``tokens`` comes from, per tier (fastest holder wins)."""
+        result = self.tree.match(list(tokens), namespace)
+        return tier_sources(self.tree.tiers, result.path, result.hit)
+
+    def copy(
+        self,
+        tokens: Sequence[int],
+        target: int,
+        source: int,
+        kinds: Sequence[str] | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Copy to tier ``target`` what tier ``source`` holds on the path of ``tokens`` (the
+        groups of ``kinds``; None: every group)."""
+        first = self._tier(0)
+        groups = [g for g, c in enumerate(first) if kinds is None or c.kind in kinds]
+        copy_path(self.tree, list(tokens), namespace, source, target, groups)
+        self.check()
+
+    def drop_recurrent(
+        self, tokens: Sequence[int], at: int, namespace: str | None = None, tier: int = 0
+    ) -> None:
+        components = self._of_kind("recurrent", tier)
         if at <= 0 or at % self.tree.page_size or at > len(tokens):
             raise CacheUsageError(f"no state can sit at {at} of {len(tokens)} tokens")
         for node in self.tree.nodes_on(list(tokens)[:at], namespace):
@@ -109,17 +149,30 @@ class TreeTarget:
         self.check()
 
     def drop_swa(
-        self, tokens: Sequence[int], start: int, end: int, namespace: str | None = None
+        self,
+        tokens: Sequence[int],
+        start: int,
+        end: int,
+        namespace: str | None = None,
+        tier: int = 0,
     ) -> None:
-        self._drop_range("swa", tokens, start, end, namespace)
+        self._drop_range("swa", tokens, start, end, namespace, tier)
 
-    def drop_full(self, tokens: Sequence[int], start: int, namespace: str | None = None) -> None:
-        self._drop_range("full", tokens, start, None, namespace)
+    def drop_full(
+        self, tokens: Sequence[int], start: int, namespace: str | None = None, tier: int = 0
+    ) -> None:
+        self._drop_range("full", tokens, start, None, namespace, tier)
 
     def _drop_range(
-        self, kind: str, tokens: Sequence[int], start: int, end: int | None, ns: str | None
+        self,
+        kind: str,
+        tokens: Sequence[int],
+        start: int,
+        end: int | None,
+        ns: str | None,
+        tier: int = 0,
     ) -> None:
-        components = self._of_kind(kind)
+        components = self._of_kind(kind, tier)
         if len(components) > 1:  # all-or-nothing across groups of this kind: check locks first
             # Refuse only when a locked node in [start, stop) holds data of one of them (as
             # release_range does per component): a lock over already-dropped data is no
@@ -161,4 +214,5 @@ class TreeTarget:
             for c in self.tree.components
             if n.data[c.slot] is not None
         )
-        assert held == self.store.pages_in_use + self.store.slots_in_use, "ids leaked"
+        if held != self.store.pages_in_use + self.store.slots_in_use:
+            raise IntegrityError("ids leaked: the tree holds other ids than the store lent")

@@ -20,6 +20,7 @@ from hycache.tree.drops import release_range, release_state_at
 from hycache.tree.integrity import check_tree
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, TokenKey, encode_tokens
 from hycache.tree.node import Node
+from hycache.tree.tiers import union_match
 
 
 class RadixTree:
@@ -29,14 +30,36 @@ class RadixTree:
     ``check_integrity()`` true. Pure queries (match) never change the tree.
     """
 
-    def __init__(self, page_size: int, components: Sequence[Component]) -> None:
+    def __init__(
+        self,
+        page_size: int,
+        components: Sequence[Component],
+        *,
+        lower_tiers: Sequence[Sequence[Component]] = (),
+    ) -> None:
+        """``components``: one per layer group, on the first (fastest) tier. ``lower_tiers``:
+        for each slower tier, one component per group, in the same order and of the same
+        kinds (see :mod:`hycache.tree.tiers`); matches then run over the union of tiers."""
         if page_size < 1:
             raise CacheUsageError(f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
-        self.components: tuple[Component, ...] = tuple(components)
+        first = tuple(components)
+        self.tiers: tuple[tuple[Component, ...], ...] = (
+            first,
+            *(tuple(t) for t in lower_tiers),
+        )
+        for tier in self.tiers[1:]:
+            if tuple(c.kind for c in tier) != tuple(c.kind for c in first):
+                raise CacheUsageError("every tier needs one component per group, same kinds")
+        self.components: tuple[Component, ...] = tuple(c for t in self.tiers for c in t)
         for slot, component in enumerate(self.components):
             component.bind(slot, page_size)
-        self._kv_components = tuple(c for c in self.components if c.bounds_kv)
+        #: per group (index into the first tier), the slots of that group on every tier
+        self.group_slots: tuple[tuple[int, ...], ...] = tuple(
+            tuple(t[g].slot for t in self.tiers) for g in range(len(first))
+        )
+        self._tiered = len(self.tiers) > 1
+        self._kv_components = tuple(c for c in first if c.bounds_kv)
         self._roots: dict[str | None, Node] = {}
         self._page_bytes = page_size * TOKEN_BYTES
         self.version = 0  # bumped by every structural change (node added, split or removed)
@@ -94,6 +117,17 @@ class RadixTree:
         """Pure lookup: how much of ``tokens`` is reusable. Does not mutate anything."""
         key = encode_tokens(tokens)
         path, matched = self._walk(key, namespace)
+        if self._tiered:
+            hit, kv_hit = union_match(self.tiers[0], self.group_slots, path, matched)
+            return MatchResult(
+                hit=hit,
+                kv_hit=kv_hit,
+                matched=matched,
+                path=tuple(path),
+                key=key,
+                namespace=namespace,
+                tree_version=self.version,
+            )
         kv_hit = matched
         for component in self._kv_components:
             kv_hit = component.deepest_accepted(path, kv_hit)
@@ -145,10 +179,12 @@ class RadixTree:
         length: int | None = None,
         after: MatchResult | None = None,
         slide: SlidePlan | None = None,
+        tier: int = 0,
     ) -> list[Node]:
         """Cache ``tokens[:length]`` (whole pages only): create or revive the path and ``fill``
-        every component on it. Returns the path nodes, covering exactly ``[0, L)`` with ``L``
-        the length rounded down to pages. Mutates the tree.
+        every component of tier ``tier`` (default the first) on it. Returns the path nodes,
+        covering exactly ``[0, L)`` with ``L`` the length rounded down to pages. Mutates the
+        tree.
 
         ``after``: a ``match`` result of the same tokens; when the tree's structure has not
         changed since, its fully matched nodes are reused without comparing tokens again.
@@ -159,6 +195,8 @@ class RadixTree:
         ``slide.units`` are taken. CacheUsageError (nothing changed) if the tree's structure
         changed since the plan's match."""
         key = encode_tokens(tokens)
+        if not 0 <= tier < len(self.tiers) or (slide is not None and self._tiered):
+            raise CacheUsageError(f"insert into tier {tier} (slides need a single-tier tree)")
         if slide is not None:
             found = slide.found
             if (
@@ -170,8 +208,9 @@ class RadixTree:
             after, length = found, slide.length
         path = self._insert_structure(key, namespace, length, after)
         if slide is None:
+            filled = self.tiers[tier]
             for node in path:
-                for component in self.components:
+                for component in filled:
                     component.fill(node)
         else:
             self._fill_slid(path, slide)
