@@ -146,7 +146,8 @@ class Mismatch:
         return (
             (
                 f"scenario {self.scenario!r} ({self.path}) step {self.step}: match {shown}\n"
-                f"  expected hit={self.expected[0]} kv_hit={self.expected[1]} {self.expected_tiers}\n"
+                f"  expected hit={self.expected[0]} kv_hit={self.expected[1]} "
+                f"{self.expected_tiers}\n"
                 f"  actual   hit={self.actual[0]} kv_hit={self.actual[1]} {self.actual_tiers}"
             )
             .replace(" \n", "\n")
