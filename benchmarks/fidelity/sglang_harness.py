@@ -77,9 +77,10 @@ def publish(args, context_len: int):
     if args.strategy == "no_buffer":
         kwargs["disable_overlap_schedule"] = True
     server_args = ServerArgs(**kwargs)
-    # mamba_cache_chunk_size: max(the model's mamba chunk, page); the getter that derives it
-    # from a loaded model is not available without one.
-    server_args._mamba_cache_chunk_size = args.mamba_chunk
+    if args.mamba_chunk:
+        # mamba_cache_chunk_size, pre-seeded as SGLang's fixtures do (default: SGLang derives
+        # it, max(the config's mamba_chunk_size or FLA's 64, page_size))
+        server_args._mamba_cache_chunk_size = args.mamba_chunk
     rc.publish(server_args, role="scheduler")
     from sglang.srt.configs.model_config import ModelConfig
 
@@ -300,7 +301,7 @@ def main() -> int:
     p.add_argument("--strategy", default="auto", choices=("auto", "no_buffer", "extra_buffer"))
     p.add_argument("--ratio", type=float, default=0.9, help="mamba_full_memory_ratio")
     p.add_argument("--chunked-prefill-size", type=int, default=8192)
-    p.add_argument("--mamba-chunk", type=int, default=64, help="mamba_cache_chunk_size")
+    p.add_argument("--mamba-chunk", type=int, default=0, help="override mamba_cache_chunk_size")
     p.add_argument("--max-running", type=int, default=8)
     p.add_argument("--work", default=os.path.join(os.path.dirname(__file__), ".engines", "work"))
     p.add_argument("--out", required=True)
@@ -316,7 +317,7 @@ def main() -> int:
     slots, tokens, per_slot, cell = pool_sizes(args, model_config)
     print(
         f"sglang: strategy {strategy} -> {resolved}; {slots} state slots of {per_slot} B, "
-        f"{tokens} KV tokens of {cell} B",
+        f"{tokens} KV tokens of {cell} B; mamba_cache_chunk_size {rc.mamba_cache_chunk_size()}",
         file=sys.stderr,
     )
     engine = Engine(args, server_args, model_config, slots, tokens, args.max_running)

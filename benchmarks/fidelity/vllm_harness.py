@@ -72,9 +72,6 @@ def build_config(args, max_len: int):
         prefix_cache_retention_interval=retention,
     )
     config = engine_args.create_engine_config()
-    # The CPU platform may price states in float32; use the CUDA default (the model dtype).
-    config.cache_config.mamba_cache_dtype = "auto"
-    config.cache_config.mamba_ssm_cache_dtype = "auto"
     # The engine core resolves the layout from the GPU workers' backends; FlashAttention's
     # default (NHD) is not block-outermost, and all pages are padded to one size anyway.
     config.cache_config.kv_cache_layout = "NHD"
@@ -85,7 +82,10 @@ def mixer_kind(hf_config, index: int) -> str:
     """'attention' or 'mamba' for layer ``index`` (Qwen3-Next / Qwen3.5 and Nemotron-H)."""
     types = getattr(hf_config, "layer_types", None)
     if types:
-        return "attention" if types[index] in ("full_attention", "attention") else "mamba"
+        kind = types[index]
+        if kind in ("full_attention", "attention"):
+            return "attention"
+        return "mamba" if kind in ("linear_attention", "mamba", "mamba2") else "none"
     pattern = getattr(hf_config, "hybrid_override_pattern", None)
     if pattern:
         ch = pattern[index]

@@ -325,7 +325,9 @@ def build_vllm(
         ),
         checkpoint=planner,
         admission=_admission(k["admission"]),
-        eviction=LRUEviction(),
+        # a hit holds only the state block at the hit (earlier ones are null blocks), and a
+        # request's Mamba groups are freed before its attention group
+        eviction=LRUEviction(refresh_state_path=False, states_first=True),
     )
 
 
@@ -376,7 +378,9 @@ def build_sglang(
             token_budget=_budget(k["chunked_prefill_size"]),
             name="sglang",
         ),
-        checkpoint=SglangPlanner(strategy, page, interval),
+        checkpoint=SglangPlanner(
+            strategy, page, interval, spec.recurrent.kernel_chunk if spec.recurrent else None
+        ),
         admission=AlwaysAdmit(max_states_per_path=cap),
         eviction=LRUEviction(refresh_state_path=False, session_aware=bool(k["session_aware"])),
     )

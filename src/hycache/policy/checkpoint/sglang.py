@@ -27,6 +27,9 @@ class SglangPlanner(CheckpointPolicy):
     strategy: str
     page_size: int
     track_interval: int
+    #: the model's recurrent kernel chunk (SGLang's mamba_chunk_size, FLA's 64 by default):
+    #: the tracking grid even where the replay gives no kernel grid (serial mode)
+    mamba_chunk: int | None = None
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start = request.prompt_len, request.start
@@ -34,7 +37,7 @@ class SglangPlanner(CheckpointPolicy):
             ends = chunk_ends(start, n, request.token_budget)
             chunks = tuple(Checkpoint(e, "chunk") for e in ends if e % self.page_size == 0)
             return PrefillPlan(tuple(ends), chunks, keep_final_state=True)
-        grid = math.lcm(request.kernel_chunk or 64, self.page_size)
+        grid = math.lcm(self.mamba_chunk or request.kernel_chunk or 64, self.page_size)
         branch = floor_to(request.kv_hit, grid)
         # PrefillAdder truncates a chunk that does not finish the prompt to the page
         ends = chunk_ends(start, n, request.token_budget, grid=self.page_size)
