@@ -118,8 +118,40 @@ def compare(cell: Cell, spec: ModelSpec, trace: str, knobs_override: dict[str, o
         "preset_rate": preset_rate,
         "within": abs(real_rate - preset_rate) <= tol,
         "agreement": agree,
+        "budget": budget,
         "diffs": diffs,
     }
+
+
+BLOCK_BYTES = 14_155_776  # one vLLM block of Qwen3-Next (FlashInfer): the budget unit
+
+
+def _column(res: dict) -> str:
+    knobs = res["knobs"]
+    if res["preset"] == "vllm":
+        retention = knobs["retention_interval"]
+        return "vLLM " + ("dense" if retention is None else f"retention {retention}")
+    return f"SGLang {knobs['strategy']}"
+
+
+def markdown(results: list[dict]) -> str:
+    """Rows: budgets; per column (engine setting): real / preset / agreement."""
+    columns = sorted({_column(r) for r in results}, key=lambda c: (not c.startswith("vLLM"), c))
+    budgets = sorted({r["budget"] for r in results})
+    cell = {(r["budget"], _column(r)): r for r in results}
+    head = "| vLLM blocks (GiB) | " + " | ".join(f"{c}: real / preset / agree" for c in columns)
+    lines = [head + " |", "|---" * (len(columns) + 1) + "|"]
+    for budget in budgets:
+        row = [f"{budget // BLOCK_BYTES:,} ({budget / 2**30:.1f})"]
+        for c in columns:
+            r = cell.get((budget, c))
+            row.append(
+                "-"
+                if r is None
+                else f"{r['real']:.4f} / {r['preset_rate']:.4f} / {r['agreement']:.1%}"
+            )
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--knob", action="append", default=[], help="NAME=VALUE preset override")
     p.add_argument("--diffs", type=int, default=0, help="list this many disagreeing requests")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--markdown", action="store_true", help="also print a markdown table")
     args = p.parse_args(argv)
     spec = load_spec(args.model)
     override = dict(kv.split("=", 1) for kv in args.knob)
@@ -147,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    request {d[0]} (prompt {d[1]}): real {d[2]}, preset {d[3]}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.markdown:
+        print(markdown(results))
     good = all(r["within"] and r["agreement"] >= AGREEMENT for r in results)
     return 0 if good else 1
 

@@ -62,7 +62,7 @@ for model in ${MODELS//,/ }; do
     echo
     echo "$model, first $REQUESTS requests of $(basename "$TRACE"), serial, prompts only"
     PYTHONPATH="$ROOT/src" "$PROJECT_PY" "$HERE/compare.py" "${cells[@]}" \
-        --trace "$TRACE" --model "$config" --diffs 3 --json "$WORK/$model/compare.json" ||
+        --trace "$TRACE" --model "$config" --diffs 3 --markdown --json "$WORK/$model/compare.json" ||
         status=1
 done
 exit $status

@@ -17,7 +17,7 @@ fetch() {  # name version -> unzipped folder
     local name=$1 version=$2 dest="$ENG/$1-src"
     if [ -f "$dest/.ok" ]; then return; fi
     ls "$ENG/wheels/$name-$version-"*.whl >/dev/null 2>&1 ||
-        pip download -q --no-deps "$name==$version" -d "$ENG/wheels"
+        "$PY" -m pip download -q --no-deps "$name==$version" -d "$ENG/wheels"
     rm -rf "$dest" && mkdir -p "$dest"
     "$PY" -m zipfile -e "$ENG/wheels/$name-$version-"*.whl "$dest"
     touch "$dest/.ok"

@@ -67,7 +67,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
             int,
             "None: keep every chunk-end state; 0: prompt end + shared-prefix boundary; "
             "N: also one per N tokens",
-            "VLLM_PREFIX_CACHE_RETENTION_INTERVAL (#45845)",
+            "--prefix-cache-retention-interval (#45845)",
             optional=True,
         ),
         "scheduler_grid": Knob(

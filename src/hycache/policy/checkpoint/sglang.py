@@ -22,7 +22,8 @@ class SglangPlanner(CheckpointPolicy):
     MAMBA hit) instead when that lies inside the extend on its grid; plus one every
     ``track_interval`` decode tokens. The prefill states are copied out of the kernel's
     intermediate states (``h[chunk]``), so they end no chunk unless they are off the kernel
-    grid of their chunk."""
+    grid of their chunk. With ``extra_buffer`` the tree keeps a request's KV only up to its
+    deepest tracked state (``kv_to_last_state``)."""
 
     strategy: str
     page_size: int
@@ -30,6 +31,10 @@ class SglangPlanner(CheckpointPolicy):
     #: the model's recurrent kernel chunk (SGLang's mamba_chunk_size, FLA's 64 by default):
     #: the tracking grid even where the replay gives no kernel grid (serial mode)
     mamba_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        # extra_buffer inserts a request's KV up to its tracked state only
+        self.kv_to_last_state = self.strategy == "extra_buffer"
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start = request.prompt_len, request.start
