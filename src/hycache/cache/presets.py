@@ -117,9 +117,9 @@ KNOBS: dict[str, dict[str, Knob]] = {
             "float32",
             str,
             "dtype SGLang stores the recurrent (SSM) state in (conv state: bfloat16); prices "
-            "a state slot",
+            "a state slot; spec: as the model spec stores both",
             "--mamba-ssm-dtype (configs/mamba_utils.py)",
-            ("float32", "bfloat16", "float16"),
+            ("float32", "bfloat16", "float16", "spec"),
         ),
         "page_size": Knob(1, int, "KV page size in tokens (no_buffer needs 1)", "--page-size"),
         "track_interval": Knob(
@@ -363,7 +363,8 @@ def build_sglang(
         raise ConfigError(f"sglang.track_interval {interval} must be a multiple of page {page}")
     ratio = k["mamba_full_memory_ratio"]
     ratio = _number("sglang", "mamba_full_memory_ratio", ratio)
-    state = sglang_state_bytes(spec, str(k["mamba_ssm_dtype"])) or None
+    dtype = str(k["mamba_ssm_dtype"])
+    state = None if dtype == "spec" else sglang_state_bytes(spec, dtype) or None
     pool = split_pool(spec, capacity, page, ratio, state_bytes=state, track_ids=track_ids)
     cap = k["max_states_per_path"]
     cap = _optional_int("sglang", "max_states_per_path", cap)

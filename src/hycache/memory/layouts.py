@@ -117,12 +117,14 @@ def split_pool(
     costs: dict[str, UnitCost] = {}
     kv_budget = budget_bytes
     if spec.recurrent is not None:
-        state = spec.recurrent.state_bytes if state_bytes is None else state_bytes
-        if state <= 0:
-            raise ConfigError(f"state_bytes must be positive, got {state}")
+        data = spec.recurrent.state_bytes
+        if state_bytes is not None and state_bytes <= 0:
+            raise ConfigError(f"state_bytes must be positive, got {state_bytes}")
+        # a slot is charged as the engine stores it; the spec's bytes are the data it holds
+        state = data if state_bytes is None else max(state_bytes, data)
         slots = max(0, int((budget_bytes * ratio / (1 + ratio) - state) // state))
         budgets["state"] = slots * state
-        costs["recurrent"] = UnitCost("state", state, state)
+        costs["recurrent"] = UnitCost("state", state, data)
         kv_budget = max(0, budget_bytes - (slots + 1) * state)
     if spec.attention_groups:
         budgets["kv"] = kv_budget
