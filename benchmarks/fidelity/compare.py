@@ -154,6 +154,20 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def disagreements(results: list[dict], model: str) -> str:
+    """Every request whose hit differs, per cell: which side reused more."""
+    lines = [f"### {model}", ""]
+    for r in results:
+        if not r["diffs"]:
+            continue
+        more = sum(1 for d in r["diffs"] if d[3] > d[2])
+        lines.append(
+            f"- `{r['cell']}` ({len(r['diffs'])}; the preset reused more in {more}): "
+            + ", ".join(f"{rid} ({real} vs {mine})" for rid, _n, real, mine in r["diffs"])
+        )
+    return "\n".join(lines) + "\n\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("cells", nargs="+", help="harness outputs (JSON lines)")
@@ -163,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--diffs", type=int, default=0, help="list this many disagreeing requests")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table")
+    p.add_argument("--disagreements", help="append every disagreeing request here (markdown)")
     args = p.parse_args(argv)
     spec = load_spec(args.model)
     override = dict(kv.split("=", 1) for kv in args.knob)
@@ -182,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.markdown:
         print(markdown(results))
+    if args.disagreements:
+        with open(args.disagreements, "a") as f:
+            f.write(disagreements(results, Path(args.model).parent.name or args.model))
     good = all(r["within"] and r["agreement"] >= AGREEMENT for r in results)
     return 0 if good else 1
 

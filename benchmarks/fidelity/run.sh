@@ -40,6 +40,7 @@ run_cell() {  # out engine args...
 }
 
 status=0
+rm -f "$WORK/disagreements.md"
 for model in ${MODELS//,/ }; do
     config="$ROOT/data/configs/$model/config.json"
     cells=()
@@ -62,7 +63,8 @@ for model in ${MODELS//,/ }; do
     echo
     echo "$model, first $REQUESTS requests of $(basename "$TRACE"), serial, prompts only"
     PYTHONPATH="$ROOT/src" "$PROJECT_PY" "$HERE/compare.py" "${cells[@]}" \
-        --trace "$TRACE" --model "$config" --diffs 3 --markdown --json "$WORK/$model/compare.json" ||
+        --trace "$TRACE" --model "$config" --diffs 3 --markdown --json "$WORK/$model/compare.json" \
+        --disagreements "$WORK/disagreements.md" ||
         status=1
 done
 exit $status

@@ -330,9 +330,11 @@ def run_concurrent(driver: Driver, requests: list[dict], step_s: float, progress
         if not driver.scheduler.has_requests():
             now = pending[j]["arrival_s"]
             continue
+        before = len(driver.done)
         driver.step()
         now += step_s
-        progress(len(driver.done))
+        if len(driver.done) > before:
+            progress(len(driver.done) - 1)
 
 
 def main() -> int:
