@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck pytest clean
+.PHONY: run test lint typecheck pytest clean fidelity
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -35,6 +35,13 @@ pytest: $(STAMP_DEV)
 	$(BIN)/pytest
 
 test: lint typecheck pytest
+
+# Presets against the real engines' cache code. NOT part of `make test`: it downloads vLLM 0.33.0
+# and SGLang 0.5.23 with their CPU-only dependencies into benchmarks/fidelity/.engines/ (own
+# virtual environments, git-ignored) and replays 2,000 trace requests through each engine at
+# several budgets (tens of minutes on 2 cores). See docs/benchmarks.md, "Fidelity".
+fidelity: $(STAMP_RUN)
+	benchmarks/fidelity/run.sh $(abspath $(BIN)/python)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .mypy_cache .pytest_cache .ruff_cache

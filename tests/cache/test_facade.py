@@ -206,7 +206,7 @@ def test_seed_a_at_tree_level() -> None:
 QWEN35 = "qwen3.5-27b"
 
 
-def vllm_54076(grid: str) -> HybridPrefixCache:
+def vllm_54076(grid: str, backend: str = "flashinfer") -> HybridPrefixCache:
     return build_cache(
         ModelSpec.named(QWEN35),
         200 * GIB,
@@ -216,6 +216,7 @@ def vllm_54076(grid: str) -> HybridPrefixCache:
         other_block_sizes="128",
         max_num_batched_tokens=2048,
         scheduler_grid=grid,
+        gdn_backend=backend,
     )
 
 
@@ -239,21 +240,30 @@ def test_seed_b_qwen35_block_pads_to_896() -> None:
 
 
 def test_seed_b_min_grid_reuses_nothing_and_never_publishes_off_grid() -> None:
-    """The scheduler cuts 2048-token chunks on the 128 grid: chunk ends 2048, 4096, 5888 and
-    6000 are never multiples of 896, so every dense-retention state is dropped (and counted);
-    requests 2 and 3 match 3584 tokens of attention but reuse 0."""
-    cache = vllm_54076("min")
+    """Triton GDN backend (no state exported inside a chunk): the scheduler cuts 2048-token
+    chunks on the 128 grid; chunk ends 2048, 4096 and 5888 are never multiples of 896, so every
+    dense-retention state is dropped (and counted); request 2 matches 3584 tokens of attention
+    but reuses 0. Only the shared-prefix junction it stops at (3584, on the grid) keeps a state,
+    which request 3 reuses."""
+    cache = vllm_54076("min", "triton")
     leases = three_requests(cache)
     assert leases[0].plan.chunk_ends == (2048, 4096, 5888, 6000)
-    assert [lease.hit for lease in leases] == [0, 0, 0]
+    assert [lease.hit for lease in leases] == [0, 0, 3584]
     assert [lease.kv_hit for lease in leases] == [0, 3584, 3584]
     stats = cache.stats()
-    assert stats.reused_tokens == 0
-    assert stats.recompute_tokens == 2 * 3584
-    assert stats.offgrid_dropped == 12  # 4 chunk ends x 3 requests
+    assert stats.reused_tokens == 3584
+    assert stats.recompute_tokens == 3584
+    assert stats.offgrid_dropped == 8  # 3 + 3 + 2 off-grid chunk ends
     assert stats.offgrid_misplaced == 0
-    assert stats.states_inserted == 0
-    assert state_positions(cache) == []
+    assert stats.states_inserted == 1
+    assert state_positions(cache) == [3584]
+
+
+def test_seed_b_flashinfer_exports_grid_states_despite_the_min_grid() -> None:
+    """FlashInfer's GDN prefill exports the block-boundary state inside a chunk: request 1's
+    first chunk leaves one at 1792, which request 2 resumes from."""
+    leases = three_requests(vllm_54076("min"))
+    assert [lease.hit for lease in leases] == [0, 1792, 3584]
 
 
 def test_seed_b_mamba_grid_reuses_3584() -> None:

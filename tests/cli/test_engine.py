@@ -111,8 +111,10 @@ def test_verify_bad_options_exit_2_before_any_model_is_built(
 
 
 def test_a_fault_that_never_fires_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
-    """sglang keeps late-snapshot's wrong states, but no hit in this short chat reads one."""
+    """sglang (no_buffer) keeps late-snapshot's wrong states, but no hit in this short chat
+    reads one."""
     argv = ["verify", "--policy", "sglang", "--workload", "chat", "--requests", "8"]
+    argv += ["--set", "sglang.strategy=no_buffer"]
     assert run([*argv, "--inject", "late-snapshot"]) == 3
     out = capsys.readouterr().out
     assert "inject late-snapshot: fired 0 times" in out and "fault not exercised" in out

@@ -58,7 +58,8 @@ def test_tight_budget_waits_evicts_and_stays_correct(
     model = models("qwen3_next")
     spec = model.spec
     budget = spec.kv_bytes_per_token * 420 + spec.state_bytes * 9
-    cache = build_cache(spec, budget, "sglang", chunked_prefill_size=40)
+    knobs = {"chunked_prefill_size": 40, "strategy": "no_buffer"}
+    cache = build_cache(spec, budget, "sglang", **knobs)
     engine = Engine(model, cache, max_running=3, check_tree=True)
     rng = random.Random(5)
     base = _prompt(rng, 120)

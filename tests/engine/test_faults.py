@@ -14,9 +14,9 @@ from hycache.engine.workloads import SessionSource, generate_turns
 
 
 def test_stored_but_never_read_is_not_fired(models: Callable[[str], LoadedModel]) -> None:
-    """sglang keeps every late-snapshot state, yet this short chat only resumes from the
-    correctly written end-of-request states: the fault is stored, never fired, and the run
-    (rightly) finds no difference."""
+    """sglang (no_buffer) keeps every late-snapshot state, yet this short chat only resumes
+    from the correctly written end-of-request states: the fault is stored, never fired, and
+    the run (rightly) finds no difference."""
     cell = verify_cell(
         models("qwen3_next"),
         "qwen3_next",
@@ -25,6 +25,7 @@ def test_stored_but_never_read_is_not_fired(models: Callable[[str], LoadedModel]
         requests=8,
         seed=0,
         inject="late-snapshot",
+        knobs={"strategy": "no_buffer"},
     )
     assert cell.stored > 0 and cell.fired == 0 and cell.passed and cell.reused_tokens > 0
 

@@ -59,7 +59,10 @@ def test_sglang_extra_buffer_tracks_without_cutting_and_marconi_still_cuts() -> 
     request = PlanInput(3000, 128, 2000, 1, 8192, 0, {}, 64)
     tracked = SglangPlanner("extra_buffer", 1, 256).plan(request)
     assert tracked.chunk_ends == (3000,)
-    assert {p.position for p in tracked.checkpoints} == {128 + 2816, 1984}
+    # one tracked state per extend: the branching length replaces the extend's end
+    assert [(p.position, p.reason) for p in tracked.checkpoints] == [(1984, "branch")]
+    alone = SglangPlanner("extra_buffer", 1, 256).plan(PlanInput(3000, 128, 128, 1, 8192, 0))
+    assert [(p.position, p.reason) for p in alone.checkpoints] == [(128 + 2816, "prompt_end")]
     marconi = MarconiPlanner().plan(request)
     assert marconi.chunk_ends == (2000, 3000)  # Marconi's branch state ends a chunk
 

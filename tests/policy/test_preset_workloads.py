@@ -102,7 +102,8 @@ class Setup:
 
 def _setups() -> dict[str, Setup]:
     return {
-        "vllm": Setup("vllm", {"max_num_batched_tokens": 40}),
+        # triton: FlashInfer's 64-token alignment makes a block wider than the 32-token windows
+        "vllm": Setup("vllm", {"max_num_batched_tokens": 40, "gdn_backend": "triton"}),
         "sglang-no_buffer": Setup("sglang", {"strategy": "no_buffer", "chunked_prefill_size": 40}),
         "sglang-extra_buffer": Setup(
             "sglang", {"strategy": "extra_buffer", "page_size": 16, "track_interval": 16}
@@ -386,7 +387,11 @@ class Workload:
         full = live.prompt + live.output
         result = cache.finish(lease)
         page = cache.page_size
-        assert result.cached_tokens in (0, len(full) - len(full) % page)
+        whole = len(full) - len(full) % page
+        if cache.checkpoint_policy.kv_to_last_state:  # KV only up to the deepest state
+            assert result.cached_tokens <= whole and result.cached_tokens % page == 0
+        else:
+            assert result.cached_tokens in (0, whole)
         if result.cached_tokens and cache.kv_components:
             hit, kv = cache.lookup(full[: result.cached_tokens], lease.namespace)
             assert kv == result.cached_tokens, "finish half-inserted the KV"

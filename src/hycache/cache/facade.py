@@ -124,6 +124,7 @@ class HybridPrefixCache:
             self.in_flight,
             self.notes,
             caches_states=checkpoint.caches_states,
+            kv_to_last_state=checkpoint.kv_to_last_state,
             pins_published_state=eviction.pins_published_state,
         )
         eviction.attach(

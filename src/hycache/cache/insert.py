@@ -32,6 +32,7 @@ class Inserter:
         *,
         caches_states: bool,
         pins_published_state: bool,
+        kv_to_last_state: bool = False,
     ) -> None:
         self.accounting = accounting
         self.tree = accounting.tree
@@ -42,6 +43,7 @@ class Inserter:
         self.notes = notes
         self.caches_states = caches_states
         self.pins_published_state = pins_published_state
+        self.kv_to_last_state = kv_to_last_state
 
     def finish(self, lease: Lease) -> FinishResult:
         acc = self.accounting
@@ -51,6 +53,8 @@ class Inserter:
         total = len(key) // TOKEN_BYTES
         page = acc.page_size
         cached = total - total % page
+        if self.kv_to_last_state:  # no state stored: no KV either
+            cached = min(cached, max(lease.checkpoints, default=0))
         for component in acc.kv_components:
             self.pool.free(component.kind, lease.working.pop(component.kind))
         key = key[: cached * TOKEN_BYTES]
@@ -95,6 +99,8 @@ class Inserter:
         self.holds.free_spares(lease)  # the prefill is done: no prefill checkpoint is left
         key, ns = lease.full_key, lease.namespace
         upto = lease.prompt_len - lease.prompt_len % acc.page_size
+        if self.kv_to_last_state:
+            upto = max((p for p in lease.checkpoints if p <= upto), default=0)
         if upto <= lease.hit:
             return PublishResult(0, ())
         key = key[: upto * TOKEN_BYTES]

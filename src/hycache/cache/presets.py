@@ -24,6 +24,7 @@ from hycache.policy.eviction.gdsf import GDSFEviction
 from hycache.policy.eviction.lru import LRUEviction
 from hycache.policy.eviction.marconi import MarconiEviction
 from hycache.policy.eviction.value import ValueEviction
+from hycache.spec.groups import DTYPE_BYTES
 from hycache.spec.model import ModelSpec
 
 KnobValue = int | float | str | bool | None
@@ -44,6 +45,15 @@ class Knob:
 KNOBS: dict[str, dict[str, Knob]] = {
     "vllm": {
         "block_size": Knob(16, int, "configured block size (kalign = max(16, it))", "--block-size"),
+        "gdn_backend": Knob(
+            "flashinfer",
+            str,
+            "GDN prefill backend: flashinfer (Hopper/Blackwell; checkpoints on a 64-token "
+            "grid, exported from inside a chunk) or triton (other GPUs; the scheduler cuts a "
+            "chunk at the checkpoint); the simulator takes it from the hardware profile",
+            "--gdn-prefill-backend (qwen_gdn_linear_attn.py)",
+            ("flashinfer", "triton"),
+        ),
         "mamba_cache_mode": Knob(
             "align",
             str,
@@ -57,7 +67,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
             int,
             "None: keep every chunk-end state; 0: prompt end + shared-prefix boundary; "
             "N: also one per N tokens",
-            "VLLM_PREFIX_CACHE_RETENTION_INTERVAL (#45845)",
+            "--prefix-cache-retention-interval (#45845)",
             optional=True,
         ),
         "scheduler_grid": Knob(
@@ -95,11 +105,21 @@ KNOBS: dict[str, dict[str, Knob]] = {
     },
     "sglang": {
         "strategy": Knob(
-            "no_buffer",
+            "auto",
             str,
-            "mamba scheduler strategy",
-            "--mamba-scheduler-strategy",
-            ("no_buffer", "extra_buffer"),
+            "mamba scheduler strategy; auto: extra_buffer where the recurrent kernel "
+            "materialises chunk states (GDN, KDA, Mamba2), else no_buffer, as SGLang "
+            "resolves it with overlap scheduling on",
+            "--mamba-radix-cache-strategy (arg_groups/overrides.py)",
+            ("auto", "no_buffer", "extra_buffer"),
+        ),
+        "mamba_ssm_dtype": Knob(
+            "float32",
+            str,
+            "dtype SGLang stores the recurrent (SSM) state in (conv state: bfloat16); prices "
+            "a state slot; spec: as the model spec stores both",
+            "--mamba-ssm-dtype (configs/mamba_utils.py)",
+            ("float32", "bfloat16", "float16", "spec"),
         ),
         "page_size": Knob(1, int, "KV page size in tokens (no_buffer needs 1)", "--page-size"),
         "track_interval": Knob(
@@ -262,12 +282,19 @@ def _budget(value: KnobValue) -> int | None:
     return value
 
 
+#: FlashInfer's GDN prefill exports checkpoints on this token grid (vLLM gdn_attn.py).
+FLASHINFER_GDN_ALIGNMENT = 64
+
+
 def build_vllm(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
     block_size = _positive("vllm", "block_size", k["block_size"])
-    pool = unified_pool(spec, capacity, block_size, track_ids=track_ids)
-    block = unified_layout(spec, block_size).attn_block
+    mixer = spec.recurrent.mixer if spec.recurrent is not None else None
+    flashinfer = mixer == "gdn" and k["gdn_backend"] == "flashinfer"
+    alignment = FLASHINFER_GDN_ALIGNMENT if flashinfer else 1
+    pool = unified_pool(spec, capacity, block_size, alignment=alignment, track_ids=track_ids)
+    block = unified_layout(spec, block_size, alignment).attn_block
     try:
         others = [int(x) for x in str(k["other_block_sizes"]).split(",") if x.strip()]
     except ValueError:
@@ -283,6 +310,10 @@ def build_vllm(
         retention,
         offgrid=str(k["offgrid"]),
         caches_states=k["mamba_cache_mode"] == "align",
+        # The layers export a prefill checkpoint (get_prefill_checkpoint_alignment): GDN on
+        # FlashInfer on the block grid, Mamba2 anywhere.
+        internal_checkpoints=flashinfer or mixer == "mamba2",
+        checkpoint_alignment=block if flashinfer else 1,
     )
     return HybridPrefixCache(
         spec,
@@ -294,15 +325,37 @@ def build_vllm(
         ),
         checkpoint=planner,
         admission=_admission(k["admission"]),
-        eviction=LRUEviction(),
+        # a hit holds only the state block at the hit (earlier ones are null blocks), and a
+        # request's Mamba groups are freed before its attention group
+        eviction=LRUEviction(refresh_state_path=False, states_first=True),
     )
+
+
+def sglang_strategy(spec: ModelSpec, strategy: str) -> str:
+    """``auto`` as SGLang resolves it with overlap scheduling on: ``extra_buffer`` when the
+    recurrent kernel materialises intermediate chunk states, else ``no_buffer``."""
+    if strategy != "auto":
+        return strategy
+    recurrent = spec.recurrent
+    return "extra_buffer" if recurrent is not None and recurrent.kernel_chunk else "no_buffer"
+
+
+def sglang_state_bytes(spec: ModelSpec, ssm_dtype: str) -> int:
+    """Bytes of one SGLang state slot: the SSM state in ``ssm_dtype``, the conv window in
+    bfloat16, over all recurrent layers (``BaseLinearStateParams.mamba_cache_per_req``)."""
+    rec = spec.recurrent
+    if rec is None:
+        return 0
+    ssm = rec.recurrent_state_bytes // DTYPE_BYTES[rec.state_dtype] * DTYPE_BYTES[ssm_dtype]
+    conv = rec.conv_state_bytes // DTYPE_BYTES[rec.conv_dtype] * DTYPE_BYTES["bfloat16"]
+    return (ssm + conv) * rec.layers
 
 
 def build_sglang(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
     page = _positive("sglang", "page_size", k["page_size"])
-    strategy = str(k["strategy"])
+    strategy = sglang_strategy(spec, str(k["strategy"]))
     if strategy == "no_buffer" and page != 1:
         raise ConfigError("sglang.strategy=no_buffer needs page_size 1 (use extra_buffer)")
     interval = _positive("sglang", "track_interval", k["track_interval"])
@@ -310,7 +363,9 @@ def build_sglang(
         raise ConfigError(f"sglang.track_interval {interval} must be a multiple of page {page}")
     ratio = k["mamba_full_memory_ratio"]
     ratio = _number("sglang", "mamba_full_memory_ratio", ratio)
-    pool = split_pool(spec, capacity, page, ratio, track_ids=track_ids)
+    dtype = str(k["mamba_ssm_dtype"])
+    state = None if dtype == "spec" else sglang_state_bytes(spec, dtype) or None
+    pool = split_pool(spec, capacity, page, ratio, state_bytes=state, track_ids=track_ids)
     cap = k["max_states_per_path"]
     cap = _optional_int("sglang", "max_states_per_path", cap)
     return HybridPrefixCache(
@@ -318,11 +373,15 @@ def build_sglang(
         pool,
         CacheConfig(
             page_size=page,
-            running_slots=3 + (2 if strategy == "extra_buffer" else 0),
+            # the request's own slot, plus the two ping-pong track slots of extra_buffer
+            # (HybridReqToTokenPool.alloc, get_mamba_tracking_slots with overlap)
+            running_slots=1 + (2 if strategy == "extra_buffer" else 0),
             token_budget=_budget(k["chunked_prefill_size"]),
             name="sglang",
         ),
-        checkpoint=SglangPlanner(strategy, page, interval),
+        checkpoint=SglangPlanner(
+            strategy, page, interval, spec.recurrent.kernel_chunk if spec.recurrent else None
+        ),
         admission=AlwaysAdmit(max_states_per_path=cap),
         eviction=LRUEviction(refresh_state_path=False, session_aware=bool(k["session_aware"])),
     )

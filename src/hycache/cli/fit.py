@@ -19,7 +19,7 @@ from hycache.cache.presets import build_cache
 from hycache.cli.sizes import Size, format_bytes
 from hycache.errors import CapacityError, ConfigError
 from hycache.sim.request import Request
-from hycache.sim.simulate import SimulationConfig
+from hycache.sim.simulate import SimulationConfig, preset_knobs
 
 _MAX_BYTES = 1 << 62
 
@@ -57,7 +57,7 @@ def smallest_request(requests: Iterable[Request]) -> Request | None:
 
 def holds(config: SimulationConfig, policy: str, capacity: int, request: Request) -> bool:
     """Whether an empty ``policy`` cache of ``capacity`` bytes admits ``request``."""
-    knobs = dict((config.knobs or {}).get(policy, {}))
+    knobs = preset_knobs(config, policy)
     cache = build_cache(config.spec, capacity, policy, track_ids=False, **knobs)
     try:
         lease = cache.admit(

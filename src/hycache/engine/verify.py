@@ -99,6 +99,10 @@ def policy_knobs(
             }
         return knobs
     if policy == "sglang":
+        rec = spec.recurrent
+        if rec is not None and chunk < (rec.kernel_chunk or 64):
+            # extra_buffer tracks no state in chunks shorter than its grid (SGLang warns so)
+            return {"chunked_prefill_size": chunk, "strategy": "no_buffer"}
         return {"chunked_prefill_size": chunk}
     if policy == "hycache":
         return {"token_budget": chunk}

@@ -13,6 +13,8 @@ from hycache.errors import ConfigError
 
 GB = 10**9
 TB = 10**12
+#: vLLM's GDN prefill kernels (qwen_gdn_linear_attn.py, _resolve_gdn_prefill_backend)
+GDN_PREFILL_BACKENDS = ("flashinfer", "triton")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +27,8 @@ class Hardware:
     ``mfu``: model FLOPs utilisation prefill reaches, ``mbu``: memory bandwidth utilisation
     decode reaches (both in (0, 1]). ``step_overhead_s``: per engine step time that overlaps
     neither (scheduler, kernel launches, sampling; 2-5 ms in vLLM/SGLang with CUDA graphs).
+    ``gdn_prefill_backend``: the GDN prefill kernel vLLM picks here (``flashinfer`` on Hopper
+    and Blackwell, ``triton`` elsewhere); it sets the ``vllm`` preset's ``gdn_backend``.
     """
 
     name: str
@@ -35,6 +39,7 @@ class Hardware:
     mfu: float = 0.5
     mbu: float = 0.7
     step_overhead_s: float = 0.003
+    gdn_prefill_backend: str = "triton"
 
     def __post_init__(self) -> None:
         for field in ("peak_flops", "hbm_bandwidth", "hbm_bytes", "host_to_device_bandwidth"):
@@ -47,6 +52,11 @@ class Hardware:
                 raise ConfigError(
                     f"hardware {self.name!r}: '{field}' must be in (0, 1], got {value!r}"
                 )
+        if self.gdn_prefill_backend not in GDN_PREFILL_BACKENDS:
+            raise ConfigError(
+                f"hardware {self.name!r}: 'gdn_prefill_backend' must be one of "
+                f"{GDN_PREFILL_BACKENDS}, got {self.gdn_prefill_backend!r}"
+            )
         if not 0.0 <= self.step_overhead_s < math.inf:
             raise ConfigError(
                 f"hardware {self.name!r}: 'step_overhead_s' must be >= 0, "
@@ -77,6 +87,7 @@ HARDWARE: Mapping[str, Hardware] = MappingProxyType(
             hbm_bandwidth=3.35 * TB,
             hbm_bytes=80 * GB,
             host_to_device_bandwidth=_PCIE5_X16,
+            gdn_prefill_backend="flashinfer",  # SM90 / SM100: FlashInfer's GDN prefill
         ),
         # NVIDIA H200 Tensor Core GPU datasheet, SXM: same GH100 compute as H100 (1,979 TFLOPS
         # BF16 with sparsity -> 989 dense); 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
@@ -86,6 +97,7 @@ HARDWARE: Mapping[str, Hardware] = MappingProxyType(
             hbm_bandwidth=4.8 * TB,
             hbm_bytes=141 * GB,
             host_to_device_bandwidth=_PCIE5_X16,
+            gdn_prefill_backend="flashinfer",  # SM90 / SM100: FlashInfer's GDN prefill
         ),
         # NVIDIA HGX B200 datasheet, per GPU: FP16/BF16 tensor core 4.5 PFLOPS "with sparsity"
         # -> 2.25 PFLOPS dense; HBM3e at 8 TB/s; 1,440 GB per 8-GPU board = 180 GB per GPU
@@ -96,10 +108,16 @@ HARDWARE: Mapping[str, Hardware] = MappingProxyType(
             hbm_bandwidth=8.0 * TB,
             hbm_bytes=180 * GB,
             host_to_device_bandwidth=_PCIE5_X16,
+            gdn_prefill_backend="flashinfer",  # SM90 / SM100: FlashInfer's GDN prefill
         ),
     }
 )
 """Built-in accelerator profiles (datasheet values, default utilisation and overhead)."""
+
+
+def hardware_knobs(preset: str, hw: Hardware) -> dict[str, str]:
+    """Preset knob defaults a profile implies: the ``vllm`` preset's ``gdn_backend``."""
+    return {"gdn_backend": hw.gdn_prefill_backend} if preset == "vllm" else {}
 
 
 def hardware(name: str) -> Hardware:

@@ -11,6 +11,7 @@ from hycache.errors import ConfigError
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
 from hycache.sim.replay import replay_engine, replay_serial
@@ -66,10 +67,15 @@ def _bootstrap_window(
     return window
 
 
+def preset_knobs(config: SimulationConfig, preset: str) -> dict[str, object]:
+    """The knobs set for ``preset``, over the defaults its hardware profile implies."""
+    return {**hardware_knobs(preset, config.cost.hw), **(config.knobs or {}).get(preset, {})}
+
+
 def _build(
     config: SimulationConfig, preset: str, capacity: int, extra: Mapping[str, object]
 ) -> HybridPrefixCache:
-    knobs = dict((config.knobs or {}).get(preset, {}))
+    knobs = preset_knobs(config, preset)
     knobs.update(extra)
     return build_cache(config.spec, capacity, preset, track_ids=False, **knobs)
 
@@ -83,7 +89,7 @@ def run_policy(
     total: int | None = None,
 ) -> PolicyResult:
     """Replay ``source`` through one preset at ``capacity`` bytes."""
-    knobs = dict((config.knobs or {}).get(preset, {}))
+    knobs = preset_knobs(config, preset)
     extra: dict[str, object] = {}
     if preset == "marconi" and "alpha" not in knobs:
         multiplier = int(resolve_knobs("marconi", knobs)["bootstrap_multiplier"] or 5)

@@ -68,6 +68,9 @@ class CheckpointPolicy(ABC):
     state_grid: int | None = None
     #: whether recurrent states are cached at all (vLLM ``--mamba-cache-mode none``: no)
     caches_states: bool = True
+    #: the tree keeps a request's KV only up to its deepest stored state (SGLang's
+    #: ``extra_buffer`` inserts up to the tracked state, unified_radix_cache.py)
+    kv_to_last_state: bool = False
     #: a checkpoint off ``state_grid``: ``"drop"`` it, or ``"misplace"`` it at the grid
     #: position below (vLLM #54076, kept to test checkers: silently wrong)
     offgrid: str = "drop"

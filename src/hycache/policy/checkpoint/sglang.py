@@ -9,22 +9,32 @@ import math
 from dataclasses import dataclass
 
 from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
-from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, settle_ends
+from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, in_kernel
 
 
 @dataclass
 class SglangPlanner(CheckpointPolicy):
-    """SGLang Mamba radix cache. ``no_buffer``: a state at every chunk end, and the running
-    state donated at request end. ``extra_buffer``: one tracked state per prefill at
-    ``start + floor(extend / grid) * grid`` (grid = lcm(kernel chunk, page), SGLang's
-    ``mamba_cache_chunk_size``), the aligned branching length when the FULL hit is deeper than
-    the MAMBA hit, and one every ``track_interval`` decode tokens. The prefill states are
-    copied out of the kernel's intermediate states (``h[chunk]``), so they end no chunk unless
-    they are off the kernel grid of their chunk."""
+    """SGLang Mamba radix cache (0.5.23). ``no_buffer``: a state at every chunk end, and the
+    running state donated at request end. ``extra_buffer``: every prefill chunk (an extend of
+    ``[s, e)``) tracks one state, at ``s + floor((e - s) / grid) * grid`` (grid = lcm(kernel
+    chunk, page), SGLang's ``mamba_cache_chunk_size``; none when the extend is shorter than
+    the grid), or at the branching length (the FULL hit aligned down, when deeper than the
+    MAMBA hit) instead when that lies inside the extend on its grid; plus one every
+    ``track_interval`` decode tokens. The prefill states are copied out of the kernel's
+    intermediate states (``h[chunk]``), so they end no chunk unless they are off the kernel
+    grid of their chunk. With ``extra_buffer`` the tree keeps a request's KV only up to its
+    deepest tracked state (``kv_to_last_state``)."""
 
     strategy: str
     page_size: int
     track_interval: int
+    #: the model's recurrent kernel chunk (SGLang's mamba_chunk_size, FLA's 64 by default):
+    #: the tracking grid even where the replay gives no kernel grid (serial mode)
+    mamba_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        # extra_buffer inserts a request's KV up to its tracked state only
+        self.kv_to_last_state = self.strategy == "extra_buffer"
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start = request.prompt_len, request.start
@@ -32,15 +42,25 @@ class SglangPlanner(CheckpointPolicy):
             ends = chunk_ends(start, n, request.token_budget)
             chunks = tuple(Checkpoint(e, "chunk") for e in ends if e % self.page_size == 0)
             return PrefillPlan(tuple(ends), chunks, keep_final_state=True)
-        grid = math.lcm(request.kernel_chunk or 64, self.page_size)
-        wanted: dict[int, str] = {}
-        tracked = start + floor_to(n - start, grid)
-        if tracked > start:
-            wanted[tracked] = "prompt_end"
+        grid = math.lcm(self.mamba_chunk or request.kernel_chunk or 64, self.page_size)
         branch = floor_to(request.kv_hit, grid)
-        if request.kv_hit > start and branch > start:
-            wanted[branch] = "branch"
-        ends = settle_ends(start, n, request.token_budget, tuple(wanted), request.kernel_chunk)
+        # PrefillAdder truncates a chunk that does not finish the prompt to the page
+        ends = chunk_ends(start, n, request.token_budget, grid=self.page_size)
+        wanted: dict[int, str] = {}
+        previous = start
+        for end in ends:
+            # ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend
+            if end - previous >= grid:
+                tracked = previous + floor_to(end - previous, grid)
+                reason = "prompt_end" if end == n else "chunk"
+                if previous < branch < end and (branch - previous) % grid == 0:
+                    tracked, reason = branch, "branch"
+                wanted[tracked] = reason
+            previous = end
+        inside = [p for p in wanted if p < n and p not in ends]
+        extra = [p for p in inside if not in_kernel(start, ends, p, request.kernel_chunk)]
+        if extra:
+            ends = sorted({*ends, *extra})
         total = n + request.max_new_tokens
         first = floor_to(n, self.track_interval) + self.track_interval
         for p in range(first, total + 1, self.track_interval):
