@@ -20,9 +20,9 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	touch $@ $(STAMP_RUN)
 
 run: $(STAMP_RUN)
-	$(BIN)/hycache conformance data/conformance/public/*.json data/conformance/own/*.json
+	$(BIN)/hycache conformance
 	$(BIN)/hycache compare --workload chat --requests 200 --model qwen3-next-80b-a3b \
-		--capacities 5%,10%,20%,40% --report report.html --json report.json
+		--capacities 10%,20%,40%,80% --report report.html --json report.json
 
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check src tests benchmarks
