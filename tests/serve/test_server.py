@@ -25,6 +25,8 @@ TEXT = (
     "You are a careful assistant. The cache keeps pages of attention and states of the "
     "recurrent layers; tell me what the model would reuse for this request. "
 )
+#: several of the vllm preset's blocks long, so that a state sits below its last token
+LONG_TEXT = 4 * TEXT
 
 
 def _ids(rng: random.Random, n: int) -> list[int]:
@@ -38,8 +40,8 @@ def _tokens(choice: Any) -> list[int]:
 
 def test_same_greedy_request_twice_is_identical_and_reuses(served: Served) -> None:
     client = served.client
-    first = client.completions.create(model=MODEL, prompt=TEXT, max_tokens=8, temperature=0)
-    second = client.completions.create(model=MODEL, prompt=TEXT, max_tokens=8, temperature=0)
+    first = client.completions.create(model=MODEL, prompt=LONG_TEXT, max_tokens=8, temperature=0)
+    second = client.completions.create(model=MODEL, prompt=LONG_TEXT, max_tokens=8, temperature=0)
     assert _tokens(first.choices[0]) == _tokens(second.choices[0])
     assert first.choices[0].text == second.choices[0].text
     assert second.usage is not None and second.usage.prompt_tokens_details is not None
