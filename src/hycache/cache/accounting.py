@@ -10,6 +10,8 @@ make the demand fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hycache.cache.registry import InFlight, NodeNotes
 from hycache.cache.stats import Counters
 from hycache.cache.windows import SlideArgs, window_pages
@@ -52,6 +54,8 @@ class Accounting:
         self.notes = notes
         self.running_slots = running_slots
         self.page_size = tree.page_size
+        #: called before an eviction drops data (a host tier demotes it; None: no tiers)
+        self.on_evict: Callable[[Node, Component], None] | None = None
         self.kv_components = [c for c in tree.components if isinstance(c, PagedKVComponent)]
         self.recurrent = next(
             (c for c in tree.components if isinstance(c, RecurrentComponent)), None
@@ -122,6 +126,8 @@ class Accounting:
 
     def evict(self, node: Node, component: Component) -> None:
         """Drop ``component``'s data on ``node``: a state alone, or a KV leaf with all its data."""
+        if self.on_evict is not None:
+            self.on_evict(node, component)
         if isinstance(component, RecurrentComponent):
             self.counters.evictions[component.name] += 1
             self.counters.evicted_bytes += component.bytes_on(node)

@@ -33,12 +33,14 @@ from hycache.cache.admit import Admitter
 from hycache.cache.config import CacheConfig
 from hycache.cache.context import CacheView
 from hycache.cache.holds import Holds
+from hycache.cache.host import HostTier
 from hycache.cache.insert import Inserter
 from hycache.cache.integrity import check_cache_integrity
 from hycache.cache.lease import FinishResult, Lease, PublishResult, Wait
 from hycache.cache.registry import InFlight, NodeNotes
 from hycache.cache.states import StateStore
 from hycache.cache.stats import CacheStats, Counters, MemoryUsage, snapshot
+from hycache.cache.tiering import Tiering
 from hycache.components.base import Component
 from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
@@ -48,6 +50,7 @@ from hycache.memory.pool import MemoryPool
 from hycache.policy.admission import AdmissionPolicy
 from hycache.policy.checkpoint.base import CheckpointPolicy
 from hycache.policy.eviction.base import EvictionPolicy
+from hycache.policy.movement.base import MovementPolicy
 from hycache.spec.model import ModelSpec
 from hycache.tree.keys import TOKEN_BYTES
 from hycache.tree.node import Node
@@ -130,6 +133,16 @@ class HybridPrefixCache:
         eviction.attach(
             CacheView(spec, self.accounting, self.in_flight, self.notes, self.holds, self.counters)
         )
+        self.tiering: Tiering | None = None
+
+    def attach_host(self, host: HostTier, movement: MovementPolicy) -> None:
+        """Put a host tier under the device (before any request): device evictions demote
+        to it as ``movement`` says, admissions load back what it adds to a hit."""
+        if self.tiering is not None:
+            raise CacheUsageError("a host tier is attached already")
+        if len(self.in_flight) or self.counters.requests:
+            raise CacheUsageError("attach a host tier before the first request")
+        self.tiering = Tiering(self.accounting, host, movement, self.notes)
 
     # ------------------------------------------------------------------ lifecycle
     def admit(
@@ -158,7 +171,16 @@ class HybridPrefixCache:
         grid = validate.flag("kernel_grid", kernel_grid)
         if budget is None:
             budget = self.config.token_budget
-        return self.admitter.admit(key, new, ns, sess, budget, grid)
+        tiering = self.tiering
+        if tiering is None:
+            return self.admitter.admit(key, new, ns, sess, budget, grid)
+        self.admitter.check_fits(len(key) // TOKEN_BYTES, new, budget)
+        loaded = tiering.load_back(key, ns)
+        lease = self.admitter.admit(key, new, ns, sess, budget, grid)
+        if isinstance(lease, Lease):
+            lease.host_tokens = tiering.count_hit(lease.hit, loaded)
+            lease.loaded_bytes = loaded.bytes if loaded is not None and lease.hit else 0
+        return lease
 
     def record_checkpoint(self, lease: Lease, position: int, reason: str = "chunk") -> int | None:
         """The engine is at ``position`` (a prefix length of the request) and will copy its
@@ -234,13 +256,27 @@ class HybridPrefixCache:
         prompt locked (it attends to that KV while decoding); ``finish`` inserts the rest.
         Publishes nothing (``cached_tokens == 0``) if the pages cannot be placed. The caller
         writes the prompt's KV into ``PublishResult.pages``."""
-        return self.inserter.publish(self.in_flight.require(lease))
+        lease = self.in_flight.require(lease)
+        result = self.inserter.publish(lease)
+        if result.cached_tokens:
+            self._write_through(lease.key, lease.namespace)
+        return result
 
     def finish(self, lease: Lease) -> FinishResult:
         """Insert the request's KV (whole pages) and its admitted states, release everything
         else and the locks. Never half-inserts: if the KV cannot be placed, nothing is. The
         caller writes the request's KV into ``FinishResult.pages``."""
-        return self.inserter.finish(self.in_flight.require(lease))
+        lease = self.in_flight.require(lease)
+        result = self.inserter.finish(lease)
+        self._write_through(bytes(lease.key) + bytes(lease.fed), lease.namespace)
+        return result
+
+    def _write_through(self, key: bytes, ns: str | None) -> None:
+        tiering = self.tiering
+        if tiering is None or not tiering.movement.writes_through():
+            return
+        found = self.tree.match(key, ns)
+        tiering.write_through([n for n in found.path if n.end <= found.matched])
 
     def abort(self, lease: Lease) -> None:
         """Release everything the request holds; insert nothing."""
@@ -272,6 +308,8 @@ class HybridPrefixCache:
             raise CacheUsageError(f"clear() with {len(self.in_flight)} request(s) in flight")
         self.tree.clear()
         self.notes.clear()
+        if self.tiering is not None:
+            self.tiering.host.clear()
 
     def is_live(self, node: Node) -> bool:
         return self.notes.is_live(node)
@@ -296,6 +334,26 @@ class HybridPrefixCache:
         """Tree and pool invariants, plus: pool units == tree data + in-flight holdings, and
         every lock belongs to a request in flight. Raises IntegrityError."""
         check_cache_integrity(self.tree, self.pool, self.in_flight)
+        if self.tiering is not None:
+            self.tiering.host.check_integrity()
+
+    def tier_stats(self) -> dict[str, object] | None:
+        """Per-tier hit tokens, peak bytes, bytes moved and overrun (None without tiers)."""
+        tiering = self.tiering
+        if tiering is None:
+            return None
+        host = tiering.host
+        c = host.counters
+        return {
+            "tier_hit_tokens": dict(tiering.hit_tokens),
+            "tier_bytes_peak": {"device": sum(self.pool.peak.values()), "host": host.peak_bytes},
+            "bytes_moved": {"device->host": c.bytes_down, "host->device": c.bytes_up},
+            "host_budget_bytes": host.budget_bytes,
+            "host_overrun_bytes": max(
+                0, *(host.pool.peak[r] - b for r, b in host.pool.budgets.items())
+            ),
+            "host_evictions": c.host_evictions,
+        }
 
     def requests_in_flight(self) -> int:
         return len(self.in_flight)

@@ -62,6 +62,9 @@ class Lease:
     #: how far ``publish`` made the prompt part of the cache (0: not published)
     published_upto: int = 0
     fed: bytearray = field(default_factory=bytearray)
+    #: host tier: tokens of ``hit`` loaded from the host, and the bytes moved host->device
+    host_tokens: int = 0
+    loaded_bytes: int = 0
     active: bool = True
 
     @property

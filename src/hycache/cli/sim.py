@@ -12,10 +12,12 @@ larger than a capacity (but not all of them) is served uncached and counted as r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from hycache.cache.tierconfig import DEFAULT_STATE_SHARE, TierConfig
 from hycache.cli.fit import Capacity, check_capacities, resolve
 from hycache.cli.knobs import add_knob_option, check_knobs_apply, knob_overrides, policies_arg
 from hycache.cli.numbers import non_negative_float, positive_int
@@ -79,6 +81,25 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
     parser.add_argument("--report", type=output_arg, help="write a self-contained HTML report")
     parser.add_argument("--progress", action="store_true", help="force progress bars")
+    parser.add_argument(
+        "--host-capacity",
+        type=size_arg,
+        default=None,
+        help="a host tier under the device: bytes or a percentage of the unlimited footprint "
+        "(default none: the device alone)",
+    )
+    parser.add_argument(
+        "--host-state-share",
+        type=non_negative_float,
+        default=DEFAULT_STATE_SHARE,
+        help=f"part of the host tier for states, the rest for KV (default {DEFAULT_STATE_SHARE})",
+    )
+    parser.add_argument(
+        "--movement",
+        choices=("write_back", "write_through"),
+        default="write_back",
+        help="host tier movement policy (default write_back)",
+    )
     parser.add_argument(
         "--session-idle-s",
         type=idle_seconds_arg,
@@ -182,6 +203,17 @@ def _outputs(
         write_atomically(args.report, render_html(title, by_capacity, notes))
 
 
+def _with_tiers(
+    args: argparse.Namespace, config: SimulationConfig, footprint: int | None
+) -> SimulationConfig:
+    """``config`` with the host tier ``--host-capacity`` asks for (unchanged without one)."""
+    size: Size | None = args.host_capacity
+    if size is None:
+        return config
+    host = TierConfig(size.resolve(footprint), args.host_state_share, args.movement)
+    return dataclasses.replace(config, tiers=host)
+
+
 def _print_results(results: dict[str, PolicyResult]) -> None:
     print(table(results))
     for note in rejected_notes(results):
@@ -192,13 +224,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     config = _config(args)
     source, total, label = make_source(args)
     size: Size = args.capacity
-    footprint = footprint_bytes(config, source) if size.relative else None
+    relative = size.relative or (args.host_capacity is not None and args.host_capacity.relative)
+    footprint = footprint_bytes(config, source) if relative else None
     [capacity] = _capacities(config, source, [size], footprint, label, args.policy)
+    config = _with_tiers(args, config, footprint)
     results = simulate(config, source, capacity.nbytes, args.policy, total=total)
     shown = format_bytes(capacity.nbytes)
     if footprint is not None:
         shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
     print(f"{label}, {args.model}, capacity {shown}, {args.mode} mode")
+    if config.tiers is not None:
+        print(f"host tier {format_bytes(config.tiers.host_bytes)}, {config.tiers.movement}")
     _print_results(results)
     _outputs(args, label, {capacity.nbytes: results}, [])
     return 0
@@ -209,6 +245,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     source, total, label = make_source(args)
     footprint = footprint_bytes(config, source)
     capacities = _capacities(config, source, args.capacities, footprint, label, args.policy)
+    config = _with_tiers(args, config, footprint)
     notes = [f"unlimited footprint (all KV + branch and end states): {footprint / 1e9:.2f} GB"]
     by_capacity: dict[int, dict[str, PolicyResult]] = {}
     print(f"{label}, {args.model}, {args.mode} mode; {notes[0]}")

@@ -218,6 +218,11 @@ class CostModel:
         """Seconds of a lone prefill of ``new`` tokens after ``cached`` cached ones (one step)."""
         return self.step_time([(cached, new)], [])
 
+    def load_time(self, nbytes: int) -> float:
+        """Seconds to load ``nbytes`` from the host tier into the device (host link, one
+        direction, not overlapped with compute)."""
+        return nbytes / self.hw.host_to_device_bandwidth
+
     def decode_time(self, context_lens: Sequence[int]) -> float:
         """Seconds of one decode step over a batch with these context lengths."""
         return self.step_time([], context_lens)

@@ -75,7 +75,10 @@ class Hardware:
 
 
 _PCIE5_X16 = 64 * GB
-"""PCIe Gen5 x16, one direction (32 GT/s x 16 lanes, 128b/130b): ~63 GB/s, 50-55 achieved."""
+"""PCIe Gen5 x16, one direction (32 GT/s x 16 lanes, 128b/130b): ~63 GB/s, 50-55 achieved.
+Sources: PCI-SIG, PCI Express Base Specification 5.0 (32 GT/s per lane); NVIDIA H100 and H200
+datasheets ("PCIe Gen5: 128 GB/s", both directions together). The host tier's load-back
+(host -> device) runs at this rate in the simulator."""
 
 HARDWARE: Mapping[str, Hardware] = MappingProxyType(
     {

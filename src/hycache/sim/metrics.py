@@ -70,9 +70,27 @@ class PolicyResult:
     knobs: dict[str, object]
     timeline: tuple[tuple[float, int, int], ...] = ()
     ttft_samples: tuple[float, ...] = ()
+    #: host tier: ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved``, ... (None: off)
+    tiers: dict[str, object] | None = None
 
     def as_json(self) -> dict[str, object]:
-        """The fields the ``--json`` report promises, plus context."""
+        """The fields the ``--json`` report promises, plus context; with a host tier also
+        ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved`` (per direction), and
+        ``capacity_overrun_bytes`` then counts every tier."""
+        out = self._json()
+        if self.tiers is not None:
+            t = self.tiers
+            out["tier_hit_tokens"] = t["tier_hit_tokens"]
+            out["tier_bytes_peak"] = t["tier_bytes_peak"]
+            out["bytes_moved"] = t["bytes_moved"]
+            out["host_capacity_bytes"] = t["host_budget_bytes"]
+            host_over = t["host_overrun_bytes"]
+            out["capacity_overrun_bytes"] = self.capacity_overrun_bytes + (
+                host_over if isinstance(host_over, int) else 0
+            )
+        return out
+
+    def _json(self) -> dict[str, object]:
         return {
             "token_hit_rate": self.token_hit_rate,
             "kv_hit_rate": self.kv_hit_rate,

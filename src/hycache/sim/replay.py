@@ -85,6 +85,7 @@ def _result(
         knobs=knobs,
         timeline=tuple(rec.timeline),
         ttft_samples=tuple(rec.ttft_s),
+        tiers=cache.tier_stats(),
     )
 
 
@@ -164,7 +165,10 @@ def replay_serial(
         cache.finish(lease)
         sessions.end(request.session, now)
         _account(cache, rec, lease)
-        rec.ttft_s.append(cost.prefill_time(lease.hit, lease.prompt_len - lease.hit))
+        ttft = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
+        if lease.loaded_bytes:
+            ttft += cost.load_time(lease.loaded_bytes)
+        rec.ttft_s.append(ttft)
         _sample(cache, rec, float(index), index % timeline_every == 0)
         if tick is not None:
             tick()
@@ -183,6 +187,7 @@ class _Flight:
     done_prefill: bool = False
     next_checkpoint: int = 0
     pieces: list[tuple[int, int]] = field(default_factory=list)
+    load_s: float = 0.0  # host -> device load-back before its prefill (host tier)
 
     def record_due(self, cache: HybridPrefixCache) -> None:
         """Copy states at every planned checkpoint the request has reached (the chunk just run
@@ -277,6 +282,8 @@ def replay_engine(
             flight = _Flight(
                 request, lease, lease.hit, points, reasons, list(lease.plan.chunk_ends)
             )
+            if lease.loaded_bytes:
+                flight.load_s = cost.load_time(lease.loaded_bytes)
             flight.record_due(cache)
             running.append(flight)
             _account(cache, rec, lease)
@@ -328,7 +335,7 @@ def replay_engine(
                 if publish:
                     cache.publish(flight.lease)
                 flight.generated = 1 if flight.request.output_len else 0
-                rec.ttft_s.append(now - flight.request.arrival_s)
+                rec.ttft_s.append(now - flight.request.arrival_s + flight.load_s)
                 if flight.request.output_len:
                     flight.position += 1
                     flight.record_due(cache)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
+from hycache.cache.tierconfig import TierConfig
 from hycache.errors import ConfigError
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
@@ -38,6 +39,8 @@ class SimulationConfig:
     #: end a session idle for longer than this (seconds of trace time; None: never, as
     #: SGLang without a session timeout); see ``hycache.sim.sessions``
     session_idle_s: float | None = DEFAULT_IDLE_S
+    #: a host tier under the device (None: the device alone, as before tiers)
+    tiers: TierConfig | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("serial", "engine"):
@@ -77,7 +80,10 @@ def _build(
 ) -> HybridPrefixCache:
     knobs = preset_knobs(config, preset)
     knobs.update(extra)
-    return build_cache(config.spec, capacity, preset, track_ids=False, **knobs)
+    cache = build_cache(config.spec, capacity, preset, track_ids=False, **knobs)
+    if config.tiers is not None:
+        config.tiers.attach(cache)
+    return cache
 
 
 def run_policy(

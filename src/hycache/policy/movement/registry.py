@@ -1,0 +1,17 @@
+"""The movement policies by name."""
+
+from __future__ import annotations
+
+from hycache.errors import ConfigError
+from hycache.policy.movement.base import MovementPolicy
+from hycache.policy.movement.write_back import WriteBack
+from hycache.policy.movement.write_through import WriteThrough
+
+
+def movement_policy(name: str, *, demote_interior_states: bool = True) -> MovementPolicy:
+    """The policy called ``name`` (``write_back`` or ``write_through``)."""
+    if name == "write_back":
+        return WriteBack(demote_interior_states=demote_interior_states)
+    if name == "write_through":
+        return WriteThrough(demote_interior_states=demote_interior_states)
+    raise ConfigError(f"unknown movement policy {name!r}; known: write_back, write_through")

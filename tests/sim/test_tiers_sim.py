@@ -1,0 +1,72 @@
+"""The host tier in the simulator: tiers off leaves the results as they were; with a host
+tier the JSON reports hits per tier (summing to the reused tokens), bytes moved, no overrun."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hycache.cli.main import main
+from hycache.sim.metrics import PolicyResult
+
+GOLDEN = Path(__file__).parent / "data" / "tiers_off_chat80.json"
+ARGS = [
+    "simulate",
+    "--workload",
+    "chat",
+    "--requests",
+    "80",
+    "--model",
+    "qwen3-next-80b-a3b",
+    "--capacity",
+    "10%",
+    "--policy",
+    "all",
+]
+
+
+def _strip(value: object) -> None:
+    if isinstance(value, dict):
+        value.pop("wall_s", None)
+        for inner in value.values():
+            _strip(inner)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    _strip(data)
+    return data
+
+
+def test_tiers_off_results_identical_to_before(tmp_path: Path) -> None:
+    """Golden JSON written by the simulator before host tiers existed (wall time left out)."""
+    out = tmp_path / "off.json"
+    assert main([*ARGS, "--json", str(out)]) == 0
+    assert _load(out) == json.loads(GOLDEN.read_text())
+
+
+def test_host_tier_json(tmp_path: Path) -> None:
+    out = tmp_path / "host.json"
+    assert main([*ARGS, "--host-capacity", "20%", "--json", str(out)]) == 0
+    data = _load(out)
+    golden = json.loads(GOLDEN.read_text())
+    [(capacity, entry)] = data["capacities"].items()
+    moved_up = 0
+    for name, result in entry["policies"].items():
+        hits = result["tier_hit_tokens"]
+        reused = round(result["token_hit_rate"] * result["prompt_tokens"])
+        assert set(hits) == {"device", "host"}
+        assert hits["device"] + hits["host"] == reused
+        assert result["capacity_overrun_bytes"] == 0
+        assert set(result["bytes_moved"]) == {"device->host", "host->device"}
+        assert result["tier_bytes_peak"]["host"] <= result["host_capacity_bytes"]
+        off = golden["capacities"][capacity]["policies"][name]
+        assert result["token_hit_rate"] >= off["token_hit_rate"] - 1e-9
+        moved_up += result["bytes_moved"]["host->device"]
+    assert moved_up > 0
+
+
+def test_tiers_off_json_has_no_tier_fields() -> None:
+    fields = PolicyResult.__dataclass_fields__
+    assert "tiers" in fields and fields["tiers"].default is None
