@@ -20,7 +20,7 @@ ARGS = [
     "--model",
     "qwen3-next-80b-a3b",
     "--capacity",
-    "10%",
+    "40%",
     "--policy",
     "all",
 ]
