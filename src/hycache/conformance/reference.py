@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hycache.errors import CacheUsageError
+from hycache.errors import CacheUsageError, IntegrityError
 from hycache.tree.tiers import TierSources
 
 Key = tuple[str | None, tuple[int, ...]]
@@ -206,7 +206,8 @@ class ReferenceCache:
             return True  # FULL is checked through kv_hit
         if group.kind == "recurrent":
             return self._has(index, self._key(ns, tokens, p))
-        assert group.window is not None
+        if group.window is None:
+            raise IntegrityError("group.window missing")
         return all(
             self._has(index, self._pos(ns, tokens, q))
             for q in range(max(0, p - group.window + 1), p)

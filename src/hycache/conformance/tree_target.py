@@ -25,7 +25,8 @@ def build_components(groups: Sequence[GroupConfig], store: UnboundedStore) -> li
         if group.kind == "full":
             components.append(FullComponent(store, name=name))
         elif group.kind == "swa":
-            assert group.window is not None
+            if group.window is None:
+                raise IntegrityError("group.window missing")
             components.append(SlidingWindowComponent(store, group.window, name=name))
         elif group.kind == "recurrent":
             components.append(RecurrentComponent(store, name=name))

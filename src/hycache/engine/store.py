@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from hycache.engine.layout import AttnLayer, CacheLayout, StateTensor
+from hycache.errors import IntegrityError
 from hycache.tree.keys import TOKEN_BYTES
 
 if TYPE_CHECKING:
@@ -66,7 +67,8 @@ def _capacity(current: int, max_id: int, limit: int | None) -> int:
     while capacity <= max_id:
         capacity *= 2
     if limit is not None:
-        assert max_id < limit, f"id {max_id} beyond the {limit} units the budget can hold"
+        if max_id >= limit:
+            raise IntegrityError(f"id {max_id} beyond the {limit} units the budget can hold")
         capacity = min(capacity, limit)
     return capacity
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
-from hycache.errors import CapacityError
+from hycache.errors import CapacityError, IntegrityError
 from hycache.policy.checkpoint.chunks import in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
@@ -157,7 +157,8 @@ def replay_serial(
             rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
             sessions.end(request.session, now)
             continue
-        assert not isinstance(lease, Wait), "serial replay holds nothing in flight"
+        if isinstance(lease, Wait):
+            raise IntegrityError("serial replay holds nothing in flight")
         cache.record_planned(lease, up_to=request.prompt_len)
         if request.output_len:
             cache.extend(lease, request.output)
@@ -250,7 +251,8 @@ def replay_engine(
             pending = next(source, None)
         sessions.advance(now)
         if not waiting and not running:
-            assert pending is not None
+            if pending is None:
+                raise IntegrityError("pending missing")
             now = pending.arrival_s
             continue
         while waiting and len(running) < max_running:

@@ -42,7 +42,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import IO
 
-from hycache.errors import ConfigError, InputError
+from hycache.errors import ConfigError, InputError, IntegrityError
 from hycache.sim.request import Request
 from hycache.sim.trace_lines import PARSERS, LineError, Obj, describe, is_int
 
@@ -175,7 +175,8 @@ def _read(path: PathLike, limit: int | None, trace_format: str | None) -> Iterat
                 if fmt == "hycache" and _is_header(obj):
                     _check_header(obj)
                     continue
-            assert parse is not None
+            if parse is None:
+                raise IntegrityError("parse missing")
             request = parse(obj, number)
         except LineError as exc:
             raise InputError(name, str(exc), line=number) from None

@@ -10,6 +10,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from hycache.errors import IntegrityError
 from hycache.sim.request import Request
 from hycache.tree.keys import encode_tokens
 
@@ -258,7 +259,8 @@ def _parse_hycache(obj: Obj, line: int) -> Request:
     if unknown:
         raise LineError(f"unknown field(s) {', '.join(map(repr, unknown))}")
     request_id = _id_text(obj, "id", optional=False)
-    assert request_id is not None
+    if request_id is None:
+        raise IntegrityError("request_id missing")
     arrival = _time_field(obj, "arrival")
     session = _id_text(obj, "session", optional=True)
     namespace = obj.get("namespace")

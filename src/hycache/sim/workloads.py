@@ -58,7 +58,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from hycache.errors import ConfigError
+from hycache.errors import ConfigError, IntegrityError
 from hycache.sim.request import Request
 from hycache.tree.keys import encode_tokens
 
@@ -334,7 +334,8 @@ _BODIES: dict[str, _Body] = {
     "docqa": _docqa,
     "branching": _branching,
 }
-assert tuple(_BODIES) == WORKLOADS == tuple(RATES)
+if not (tuple(_BODIES) == WORKLOADS == tuple(RATES)):
+    raise IntegrityError("every workload needs a body and a rate")
 
 
 def generate(name: str, *, requests: int = 200, seed: int = 0) -> Iterator[Request]:
