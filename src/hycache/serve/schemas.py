@@ -138,21 +138,8 @@ def completion_payload(
     usage_: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """A ``text_completion`` object (whole, or one streamed chunk)."""
-    choice = {
-        "index": 0,
-        "text": text,
-        "logprobs": None,
-        "finish_reason": finish_reason,
-        "token_ids": list(token_ids),
-    }
-    return {
-        "id": rid,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": usage_,
-    }
+    choice = _choice("text", text, token_ids, finish_reason)
+    return _envelope(rid, model, "text_completion", [choice], usage_)
 
 
 def chat_payload(
@@ -166,21 +153,8 @@ def chat_payload(
 ) -> dict[str, Any]:
     """A whole ``chat.completion`` object."""
     message = {"role": "assistant", "content": text}
-    choice = {
-        "index": 0,
-        "message": message,
-        "logprobs": None,
-        "finish_reason": finish_reason,
-        "token_ids": list(token_ids),
-    }
-    return {
-        "id": rid,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": usage_,
-    }
+    choice = _choice("message", message, token_ids, finish_reason)
+    return _envelope(rid, model, "chat.completion", [choice], usage_)
 
 
 def chat_chunk(
@@ -193,20 +167,33 @@ def chat_chunk(
     usage_: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk``; ``delta`` None: the usage-only last chunk (no choice)."""
-    choices = []
-    if delta is not None:
-        choices.append(
-            {
-                "index": 0,
-                "delta": delta,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "token_ids": list(token_ids),
-            }
-        )
+    choices = [] if delta is None else [_choice("delta", delta, token_ids, finish_reason)]
+    return _envelope(rid, model, "chat.completion.chunk", choices, usage_)
+
+
+def _choice(
+    field: str, content: object, token_ids: Sequence[int], finish_reason: str | None
+) -> dict[str, Any]:
+    """The one choice of a response: its ``field`` (text, message or delta) and token ids."""
+    return {
+        "index": 0,
+        field: content,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "token_ids": list(token_ids),
+    }
+
+
+def _envelope(
+    rid: str,
+    model: str,
+    kind: str,
+    choices: list[dict[str, Any]],
+    usage_: dict[str, Any] | None,
+) -> dict[str, Any]:
     return {
         "id": rid,
-        "object": "chat.completion.chunk",
+        "object": kind,
         "created": int(time.time()),
         "model": model,
         "choices": choices,
