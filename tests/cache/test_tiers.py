@@ -31,7 +31,8 @@ def tiered(
     capacity: int, host: int, *, interior: bool = True, preset: str = "marconi"
 ) -> HybridPrefixCache:
     cache = build_cache(tiny_spec(), capacity, preset, page_size=16)
-    return TierConfig(host, state_share=0.5, demote_interior_states=interior).attach(cache)
+    tiers = TierConfig(host, state_share=0.5, demote_interior_states=interior, page_tokens=16)
+    return tiers.attach(cache)
 
 
 @pytest.mark.parametrize("interior", [True, False])
@@ -49,7 +50,7 @@ def test_demoted_interior_state_is_found_on_host_and_reused(interior: bool) -> N
     assert cache.lookup(prefix + seq(4000, 32))[0] < 64
     lease = run(cache, prefix + seq(4000, 32))
     assert cache.tiering is not None
-    counters = cache.tiering.host.counters
+    counters = cache.tiering.tiers[0].counters
     if interior:
         assert lease.hit == 64 and counters.states_up == 1 and lease.loaded_bytes > 0
     else:
@@ -67,7 +68,7 @@ def test_evicted_kv_and_state_come_back_from_host() -> None:
     assert cache.lookup([*first, 7])[0] == 0
     lease = run(cache, [*first, 7])
     assert cache.tiering is not None
-    assert lease.hit == 96 and lease.host_tokens == 96
+    assert lease.hit == 96 and lease.tier_tokens == {"host": 96}
     assert cache.tiering.hit_tokens["host"] >= 96
 
 
@@ -115,12 +116,13 @@ def test_random_workload_keeps_both_budgets(
     tiers = TierConfig(host_units * (page + spec.state_bytes), share, movement)
     tiers.attach(cache)
     assert cache.tiering is not None
-    host = cache.tiering.host
+    host = cache.tiering.tiers[0]
     for shared, pages, tail, out in prompts:
         tokens = seq(10_000 * (shared + 1), 16 * pages) + seq(500 + 37 * tail, 5 + tail)
         run(cache, tokens, seq(90_000, out))
-        for resource, budget in host.pool.budgets.items():
-            assert host.pool.used[resource] <= budget
+        for kind, budget in host.budget.items():
+            assert budget is not None and host.used[kind] <= budget
         assert cache.pool.used_bytes <= cache.pool.budget_bytes
     hits = cache.tiering.hit_tokens
     assert hits["device"] + hits["host"] == cache.stats().reused_tokens
+    assert host.overrun_bytes() == 0

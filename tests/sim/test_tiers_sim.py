@@ -60,7 +60,7 @@ def test_host_tier_json(tmp_path: Path) -> None:
         assert hits["device"] + hits["host"] == reused
         assert result["capacity_overrun_bytes"] == 0
         assert set(result["bytes_moved"]) == {"device->host", "host->device"}
-        assert result["tier_bytes_peak"]["host"] <= result["host_capacity_bytes"]
+        assert result["tier_bytes_peak"]["host"] <= result["tier_budget_bytes"]["host"]
         off = golden["capacities"][capacity]["policies"][name]
         assert result["token_hit_rate"] >= off["token_hit_rate"] - 1e-9
         moved_up += result["bytes_moved"]["host->device"]
@@ -70,3 +70,29 @@ def test_host_tier_json(tmp_path: Path) -> None:
 def test_tiers_off_json_has_no_tier_fields() -> None:
     fields = PolicyResult.__dataclass_fields__
     assert "tiers" in fields and fields["tiers"].default is None
+
+
+def test_storage_tier_under_the_host(tmp_path: Path) -> None:
+    """A small host with unlimited storage beneath: storage serves hits the host lost, the
+    per-tier hits sum to the reused tokens, and no tier overruns."""
+    small = tmp_path / "small.json"
+    both = tmp_path / "both.json"
+    assert main([*ARGS, "--host-capacity", "2%", "--json", str(small)]) == 0
+    tiered = [*ARGS, "--host-capacity", "2%", "--storage-capacity", "unlimited"]
+    assert main([*tiered, "--json", str(both)]) == 0
+    [(capacity, entry)] = _load(both)["capacities"].items()
+    alone = _load(small)["capacities"][capacity]["policies"]
+    from_storage = 0
+    for name, result in entry["policies"].items():
+        hits = result["tier_hit_tokens"]
+        assert set(hits) == {"device", "host", "storage"}
+        assert sum(hits.values()) == round(result["token_hit_rate"] * result["prompt_tokens"])
+        assert result["capacity_overrun_bytes"] == 0
+        assert result["tier_budget_bytes"]["storage"] is None
+        assert result["token_hit_rate"] >= alone[name]["token_hit_rate"] - 1e-9
+        from_storage += hits["storage"]
+    assert from_storage > 0
+
+
+def test_storage_without_host_is_refused() -> None:
+    assert main([*ARGS, "--storage-capacity", "unlimited"]) == 2

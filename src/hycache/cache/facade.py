@@ -33,10 +33,10 @@ from hycache.cache.admit import Admitter
 from hycache.cache.config import CacheConfig
 from hycache.cache.context import CacheView
 from hycache.cache.holds import Holds
-from hycache.cache.host import HostTier
 from hycache.cache.insert import Inserter
 from hycache.cache.integrity import check_cache_integrity
 from hycache.cache.lease import FinishResult, Lease, PublishResult, Wait
+from hycache.cache.lowertier import LowerTier
 from hycache.cache.registry import InFlight, NodeNotes
 from hycache.cache.states import StateStore
 from hycache.cache.stats import CacheStats, Counters, MemoryUsage, snapshot
@@ -135,14 +135,19 @@ class HybridPrefixCache:
         )
         self.tiering: Tiering | None = None
 
-    def attach_host(self, host: HostTier, movement: MovementPolicy) -> None:
-        """Put a host tier under the device (before any request): device evictions demote
-        to it as ``movement`` says, admissions load back what it adds to a hit."""
+    def attach_tiers(self, tiers: list[LowerTier], movement: MovementPolicy, page: int) -> None:
+        """Put ``tiers`` (fastest first, KV in pages of ``page`` tokens, a multiple of the
+        cache's page size) under the device before any request: device evictions demote to
+        them as ``movement`` says, admissions load back what they add to a hit."""
         if self.tiering is not None:
-            raise CacheUsageError("a host tier is attached already")
+            raise CacheUsageError("tiers are attached already")
         if len(self.in_flight) or self.counters.requests:
-            raise CacheUsageError("attach a host tier before the first request")
-        self.tiering = Tiering(self.accounting, host, movement, self.notes)
+            raise CacheUsageError("attach tiers before the first request")
+        if not tiers or page % self.page_size:
+            raise CacheUsageError(
+                f"tiers need at least one tier and a page that is a multiple of {self.page_size}"
+            )
+        self.tiering = Tiering(self.accounting, tiers, movement, self.notes, page)
 
     # ------------------------------------------------------------------ lifecycle
     def admit(
@@ -178,8 +183,9 @@ class HybridPrefixCache:
         loaded = tiering.load_back(key, ns)
         lease = self.admitter.admit(key, new, ns, sess, budget, grid)
         if isinstance(lease, Lease):
-            lease.host_tokens = tiering.count_hit(lease.hit, loaded)
-            lease.loaded_bytes = loaded.bytes if loaded is not None and lease.hit else 0
+            lease.tier_tokens = tiering.count_hit(lease.hit, loaded)
+            if loaded is not None and lease.hit:
+                lease.loaded_bytes_by_tier = dict(loaded.bytes_by_tier)
         return lease
 
     def record_checkpoint(self, lease: Lease, position: int, reason: str = "chunk") -> int | None:
@@ -309,7 +315,8 @@ class HybridPrefixCache:
         self.tree.clear()
         self.notes.clear()
         if self.tiering is not None:
-            self.tiering.host.clear()
+            for tier in self.tiering.tiers:
+                tier.clear()
 
     def is_live(self, node: Node) -> bool:
         return self.notes.is_live(node)
@@ -335,24 +342,28 @@ class HybridPrefixCache:
         every lock belongs to a request in flight. Raises IntegrityError."""
         check_cache_integrity(self.tree, self.pool, self.in_flight)
         if self.tiering is not None:
-            self.tiering.host.check_integrity()
+            for tier in self.tiering.tiers:
+                tier.check_integrity()
 
     def tier_stats(self) -> dict[str, object] | None:
         """Per-tier hit tokens, peak bytes, bytes moved and overrun (None without tiers)."""
         tiering = self.tiering
         if tiering is None:
             return None
-        host = tiering.host
-        c = host.counters
+        moved: dict[str, int] = {}
+        for tier in tiering.tiers:
+            moved[f"device->{tier.name}"] = tier.counters.bytes_down
+            moved[f"{tier.name}->device"] = tier.counters.bytes_up
         return {
             "tier_hit_tokens": dict(tiering.hit_tokens),
-            "tier_bytes_peak": {"device": sum(self.pool.peak.values()), "host": host.peak_bytes},
-            "bytes_moved": {"device->host": c.bytes_down, "host->device": c.bytes_up},
-            "host_budget_bytes": host.budget_bytes,
-            "host_overrun_bytes": max(
-                0, *(host.pool.peak[r] - b for r, b in host.pool.budgets.items())
-            ),
-            "host_evictions": c.host_evictions,
+            "tier_bytes_peak": {
+                "device": sum(self.pool.peak.values()),
+                **{t.name: t.peak_bytes for t in tiering.tiers},
+            },
+            "bytes_moved": moved,
+            "tier_budget_bytes": {t.name: t.budget_bytes for t in tiering.tiers},
+            "tier_overrun_bytes": {t.name: t.overrun_bytes() for t in tiering.tiers},
+            "tier_evictions": {t.name: t.counters.evictions for t in tiering.tiers},
         }
 
     def requests_in_flight(self) -> int:

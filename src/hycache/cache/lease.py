@@ -62,10 +62,16 @@ class Lease:
     #: how far ``publish`` made the prompt part of the cache (0: not published)
     published_upto: int = 0
     fed: bytearray = field(default_factory=bytearray)
-    #: host tier: tokens of ``hit`` loaded from the host, and the bytes moved host->device
-    host_tokens: int = 0
-    loaded_bytes: int = 0
+    #: lower tiers: tokens of ``hit`` whose KV was loaded from each, and the bytes each
+    #: moved up to the device
+    tier_tokens: dict[str, int] = field(default_factory=dict)
+    loaded_bytes_by_tier: dict[str, int] = field(default_factory=dict)
     active: bool = True
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Bytes moved up from every lower tier for this request."""
+        return sum(self.loaded_bytes_by_tier.values())
 
     @property
     def final_state_slot(self) -> int | None:

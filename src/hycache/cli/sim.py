@@ -17,7 +17,12 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from hycache.cache.tierconfig import DEFAULT_STATE_SHARE, TierConfig
+from hycache.cache.tierconfig import (
+    DEFAULT_PAGE_TOKENS,
+    DEFAULT_STATE_SHARE,
+    STORAGE_KINDS,
+    TierConfig,
+)
 from hycache.cli.fit import Capacity, check_capacities, resolve
 from hycache.cli.knobs import add_knob_option, check_knobs_apply, knob_overrides, policies_arg
 from hycache.cli.numbers import non_negative_float, positive_int
@@ -95,6 +100,26 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"part of the host tier for states, the rest for KV (default {DEFAULT_STATE_SHARE})",
     )
     parser.add_argument(
+        "--storage-capacity",
+        type=_storage_arg,
+        default=None,
+        help="a storage tier under the host, written through from it: bytes, a percentage of "
+        "the unlimited footprint, or 'unlimited' (default none)",
+    )
+    parser.add_argument(
+        "--storage-kind",
+        choices=STORAGE_KINDS,
+        default="disk",
+        help="storage tier kind, which sets its bandwidth (default disk)",
+    )
+    parser.add_argument(
+        "--host-page-tokens",
+        type=positive_int,
+        default=DEFAULT_PAGE_TOKENS,
+        help=f"host/storage page in tokens, rounded up to the device page "
+        f"(default {DEFAULT_PAGE_TOKENS})",
+    )
+    parser.add_argument(
         "--movement",
         choices=("write_back", "write_through"),
         default="write_back",
@@ -145,7 +170,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     spec = load_spec(args.model, dtype=args.dtype)
     return SimulationConfig(
         spec,
-        CostModel(spec, hardware(args.hardware)),
+        CostModel(spec, hardware(args.hardware), storage_kind=args.storage_kind),
         mode=args.mode,
         knobs=knobs,
         progress=True if args.progress else None,
@@ -206,12 +231,41 @@ def _outputs(
 def _with_tiers(
     args: argparse.Namespace, config: SimulationConfig, footprint: int | None
 ) -> SimulationConfig:
-    """``config`` with the host tier ``--host-capacity`` asks for (unchanged without one)."""
+    """``config`` with the tiers ``--host-capacity``/``--storage-capacity`` ask for
+    (unchanged without them)."""
     size: Size | None = args.host_capacity
+    storage: Size | str | None = args.storage_capacity
     if size is None:
+        if storage is not None:
+            raise ConfigError("--storage-capacity needs --host-capacity (storage sits under it)")
         return config
-    host = TierConfig(size.resolve(footprint), args.host_state_share, args.movement)
-    return dataclasses.replace(config, tiers=host)
+    tiers = TierConfig(
+        size.resolve(footprint),
+        args.host_state_share,
+        args.movement,
+        storage=None if storage is None else args.storage_kind,
+        storage_bytes=storage.resolve(footprint) if isinstance(storage, Size) else None,
+        page_tokens=args.host_page_tokens,
+    )
+    return dataclasses.replace(config, tiers=tiers)
+
+
+def _storage_arg(text: str) -> Size | str:
+    """``unlimited`` or a size (argparse type)."""
+    return "unlimited" if text.strip().lower() == "unlimited" else size_arg(text)
+
+
+def _relative(args: argparse.Namespace) -> bool:
+    sizes = [args.capacity, args.host_capacity, args.storage_capacity]
+    return any(isinstance(s, Size) and s.relative for s in sizes)
+
+
+def _tier_line(tiers: TierConfig) -> str:
+    line = f"host tier {format_bytes(tiers.host_bytes)}, {tiers.movement}"
+    if tiers.storage is not None:
+        cap = "unlimited" if tiers.storage_bytes is None else format_bytes(tiers.storage_bytes)
+        line += f"; storage tier ({tiers.storage}) {cap}, written through from the host"
+    return line
 
 
 def _print_results(results: dict[str, PolicyResult]) -> None:
@@ -224,8 +278,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     config = _config(args)
     source, total, label = make_source(args)
     size: Size = args.capacity
-    relative = size.relative or (args.host_capacity is not None and args.host_capacity.relative)
-    footprint = footprint_bytes(config, source) if relative else None
+    footprint = footprint_bytes(config, source) if _relative(args) else None
     [capacity] = _capacities(config, source, [size], footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
     results = simulate(config, source, capacity.nbytes, args.policy, total=total)
@@ -234,7 +287,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
     print(f"{label}, {args.model}, capacity {shown}, {args.mode} mode")
     if config.tiers is not None:
-        print(f"host tier {format_bytes(config.tiers.host_bytes)}, {config.tiers.movement}")
+        print(_tier_line(config.tiers))
     _print_results(results)
     _outputs(args, label, {capacity.nbytes: results}, [])
     return 0

@@ -1,5 +1,4 @@
-"""The pool layouts: vLLM's unified padded pool, SGLang's split pools, one shared budget, and
-a host tier's pool (separate KV and state budgets).
+"""The pool layouts: vLLM's unified padded pool, SGLang's split pools, one shared budget.
 
 Unit kinds are the model's group kinds: ``"full"``/``"swa"`` (one KV page of ``page_tokens``
 tokens over all layers of the group) and ``"recurrent"`` (one sequence's state over all
@@ -148,26 +147,3 @@ def shared_pool(
         state = spec.recurrent.state_bytes
         costs["recurrent"] = UnitCost("bytes", state, state)
     return MemoryPool("shared", {"bytes": budget_bytes}, costs, track_ids=track_ids)
-
-
-def host_pool(spec: ModelSpec, budget_bytes: int, page_size: int, state_share: float) -> MemoryPool:
-    """A host tier's pool: KV pages (resource ``host_kv``) and states (``host_state``) with
-    separate budgets; states get ``state_share`` of the bytes (rounded down to whole
-    states), KV the rest. Unit kinds ``full`` and ``recurrent``, unpadded."""
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
-        raise ConfigError(f"host capacity must be a whole number of bytes >= 0: {budget_bytes}")
-    if not 0.0 <= state_share <= 1.0:
-        raise ConfigError(f"host state share must be in [0, 1], got {state_share}")
-    if any(g.kind == "swa" for g in spec.attention_groups):
-        raise ConfigError("a host tier holds full-attention KV and states; no sliding windows")
-    budgets = {"host_kv": budget_bytes, "host_state": 0}
-    costs: dict[str, UnitCost] = {}
-    if spec.recurrent is not None:
-        state = spec.recurrent.state_bytes
-        budgets["host_state"] = int(budget_bytes * state_share) // state * state
-        budgets["host_kv"] = budget_bytes - budgets["host_state"]
-        costs["recurrent"] = UnitCost("host_state", state, state)
-    for g in spec.attention_groups:
-        page = page_size * g.kv_bytes_per_token
-        costs[g.kind] = UnitCost("host_kv", page, page)
-    return MemoryPool("host", budgets, costs, details={"state_share": state_share}, track_ids=False)

@@ -36,7 +36,7 @@ from ``hycache.sim.hardware``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from hycache.errors import ConfigError
@@ -88,8 +88,10 @@ class CostModel:
         moe: MoEShape | Literal["auto"] | None = "auto",
         weight_bytes_per_param: int | None = None,
         tied_embeddings: bool = False,
+        storage_kind: str = "disk",
     ) -> None:
         self.spec = spec
+        self.storage_kind = storage_kind
         self.hw = hardware(hw) if isinstance(hw, str) else hw
         if moe == "auto":
             moe = spec.moe
@@ -218,10 +220,26 @@ class CostModel:
         """Seconds of a lone prefill of ``new`` tokens after ``cached`` cached ones (one step)."""
         return self.step_time([(cached, new)], [])
 
-    def load_time(self, nbytes: int) -> float:
-        """Seconds to load ``nbytes`` from the host tier into the device (host link, one
-        direction, not overlapped with compute)."""
-        return nbytes / self.hw.host_to_device_bandwidth
+    def load_time(self, bytes_by_tier: Mapping[str, int]) -> float:
+        """Seconds to load these bytes into the device: ``host`` over the host link,
+        ``storage`` (disk or remote, ``storage_kind``) at the slower of its own bandwidth and
+        the host link; one transfer after another."""
+        hw, seconds = self.hw, 0.0
+        for tier, nbytes in bytes_by_tier.items():
+            rate = hw.host_to_device_bandwidth
+            if tier == "storage":
+                own = hw.remote_bandwidth if self.storage_kind == "remote" else hw.disk_bandwidth
+                rate = min(rate, own)
+            seconds += nbytes / rate
+        return seconds
+
+    def exposed_load(self, load_s: float, prefill_s: float) -> float:
+        """The part of a ``load_s`` load that a ``prefill_s`` prefill does not hide when both
+        run layer by layer (layer i computes once its KV and state have arrived): the first
+        layer's load, plus what each later layer's load exceeds a layer's compute."""
+        layers = max(1, self.spec.num_layers)
+        per_load, per_compute = load_s / layers, prefill_s / layers
+        return per_load + (layers - 1) * max(0.0, per_load - per_compute)
 
     def decode_time(self, context_lens: Sequence[int]) -> float:
         """Seconds of one decode step over a batch with these context lengths."""

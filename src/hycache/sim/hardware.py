@@ -24,6 +24,8 @@ class Hardware:
     ``peak_flops``: dense (no 2:4 sparsity) BF16 tensor-core FLOP/s. ``hbm_bandwidth``: device
     memory bandwidth in B/s; ``hbm_bytes``: device memory capacity in bytes.
     ``host_to_device_bandwidth``: host link in B/s, one direction (for host/disk tiers).
+    ``disk_bandwidth`` / ``remote_bandwidth``: reads from a local NVMe drive / a remote store
+    over the node's network, B/s (a storage load also crosses the host link: the slower wins).
     ``mfu``: model FLOPs utilisation prefill reaches, ``mbu``: memory bandwidth utilisation
     decode reaches (both in (0, 1]). ``step_overhead_s``: per engine step time that overlaps
     neither (scheduler, kernel launches, sampling; 2-5 ms in vLLM/SGLang with CUDA graphs).
@@ -36,13 +38,22 @@ class Hardware:
     hbm_bandwidth: float
     hbm_bytes: int
     host_to_device_bandwidth: float
+    disk_bandwidth: float = 13 * GB
+    remote_bandwidth: float = 50 * GB
     mfu: float = 0.5
     mbu: float = 0.7
     step_overhead_s: float = 0.003
     gdn_prefill_backend: str = "triton"
 
     def __post_init__(self) -> None:
-        for field in ("peak_flops", "hbm_bandwidth", "hbm_bytes", "host_to_device_bandwidth"):
+        for field in (
+            "peak_flops",
+            "hbm_bandwidth",
+            "hbm_bytes",
+            "host_to_device_bandwidth",
+            "disk_bandwidth",
+            "remote_bandwidth",
+        ):
             value = getattr(self, field)
             if isinstance(value, bool) or not value > 0 or not math.isfinite(value):
                 raise ConfigError(f"hardware {self.name!r}: '{field}' must be > 0, got {value!r}")
@@ -78,7 +89,11 @@ _PCIE5_X16 = 64 * GB
 """PCIe Gen5 x16, one direction (32 GT/s x 16 lanes, 128b/130b): ~63 GB/s, 50-55 achieved.
 Sources: PCI-SIG, PCI Express Base Specification 5.0 (32 GT/s per lane); NVIDIA H100 and H200
 datasheets ("PCIe Gen5: 128 GB/s", both directions together). The host tier's load-back
-(host -> device) runs at this rate in the simulator."""
+(host -> device) runs at this rate in the simulator.
+
+Storage defaults: ``disk_bandwidth`` 13 GB/s, one PCIe Gen5 x4 NVMe drive's sequential read
+(Samsung PM1743 datasheet: 13,000 MB/s); ``remote_bandwidth`` 50 GB/s, one 400 Gb/s NIC
+(NVIDIA ConnectX-7 datasheet: 400 Gb/s per port), the per-GPU network of H100/H200 HGX nodes."""
 
 HARDWARE: Mapping[str, Hardware] = MappingProxyType(
     {

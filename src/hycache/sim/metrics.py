@@ -70,11 +70,11 @@ class PolicyResult:
     knobs: dict[str, object]
     timeline: tuple[tuple[float, int, int], ...] = ()
     ttft_samples: tuple[float, ...] = ()
-    #: host tier: ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved``, ... (None: off)
+    #: lower tiers: ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved``, ... (None: off)
     tiers: dict[str, object] | None = None
 
     def as_json(self) -> dict[str, object]:
-        """The fields the ``--json`` report promises, plus context; with a host tier also
+        """The fields the ``--json`` report promises, plus context; with lower tiers also
         ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved`` (per direction), and
         ``capacity_overrun_bytes`` then counts every tier."""
         out = self._json()
@@ -83,11 +83,10 @@ class PolicyResult:
             out["tier_hit_tokens"] = t["tier_hit_tokens"]
             out["tier_bytes_peak"] = t["tier_bytes_peak"]
             out["bytes_moved"] = t["bytes_moved"]
-            out["host_capacity_bytes"] = t["host_budget_bytes"]
-            host_over = t["host_overrun_bytes"]
-            out["capacity_overrun_bytes"] = self.capacity_overrun_bytes + (
-                host_over if isinstance(host_over, int) else 0
-            )
+            out["tier_budget_bytes"] = t["tier_budget_bytes"]
+            over = t["tier_overrun_bytes"]
+            below = sum(over.values()) if isinstance(over, dict) else 0
+            out["capacity_overrun_bytes"] = self.capacity_overrun_bytes + below
         return out
 
     def _json(self) -> dict[str, object]:

@@ -167,8 +167,8 @@ def replay_serial(
         sessions.end(request.session, now)
         _account(cache, rec, lease)
         ttft = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
-        if lease.loaded_bytes:
-            ttft += cost.load_time(lease.loaded_bytes)
+        if lease.loaded_bytes_by_tier:
+            ttft += cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), ttft)
         rec.ttft_s.append(ttft)
         _sample(cache, rec, float(index), index % timeline_every == 0)
         if tick is not None:
@@ -284,8 +284,9 @@ def replay_engine(
             flight = _Flight(
                 request, lease, lease.hit, points, reasons, list(lease.plan.chunk_ends)
             )
-            if lease.loaded_bytes:
-                flight.load_s = cost.load_time(lease.loaded_bytes)
+            if lease.loaded_bytes_by_tier:
+                alone = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
+                flight.load_s = cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), alone)
             flight.record_due(cache)
             running.append(flight)
             _account(cache, rec, lease)

@@ -8,10 +8,14 @@ from hycache.policy.movement.write_back import WriteBack
 from hycache.policy.movement.write_through import WriteThrough
 
 
-def movement_policy(name: str, *, demote_interior_states: bool = True) -> MovementPolicy:
+def movement_policy(
+    name: str, *, demote_interior_states: bool = True, demote_states: bool = True
+) -> MovementPolicy:
     """The policy called ``name`` (``write_back`` or ``write_through``)."""
     if name == "write_back":
-        return WriteBack(demote_interior_states=demote_interior_states)
+        return WriteBack(demote_interior_states=demote_interior_states, demote_states=demote_states)
     if name == "write_through":
-        return WriteThrough(demote_interior_states=demote_interior_states)
+        return WriteThrough(
+            demote_interior_states=demote_interior_states, demote_states=demote_states
+        )
     raise ConfigError(f"unknown movement policy {name!r}; known: write_back, write_through")
