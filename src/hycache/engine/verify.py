@@ -12,6 +12,10 @@ With ``inject`` the engine breaks the hit path on purpose and counts how often t
 wrong data and how often a hit read it (it *fired*; ``hycache.engine.faults``); ``run_verify``
 prints both. Exit codes: 0 every cell passed (and something was reused), 1 a difference (or
 nothing reused), 3 the injected fault never fired, so the run cannot show it would be caught.
+
+With ``spec_decode`` the cached runs decode speculatively (``hycache.engine.spec_decode``) while
+the cold runs decode plainly, so every cell also compares speculative with plain greedy
+decoding; the cell counts drafted and accepted draft tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from hycache.cache.presets import KNOBS, build_cache
+from hycache.engine.drafter import SpecDecode
 from hycache.engine.engine import Engine, RequestResult
 from hycache.engine.workloads import SessionSource, generate_turns
 from hycache.memory.layouts import unified_layout
@@ -69,6 +74,9 @@ class CellResult:
     #: how often the injected fault stored wrong data, and how many hits read it (``fired``)
     stored: int = 0
     fired: int = 0
+    #: speculative decoding: draft tokens proposed and accepted
+    drafted: int = 0
+    accepted: int = 0
     details: list[str] = field(default_factory=list)
 
     @property
@@ -150,6 +158,7 @@ def verify_cell(
     check_owners: bool = True,
     knobs: Mapping[str, object] | None = None,
     cold_memo: dict[tuple[tuple[int, ...], int], RequestResult] | None = None,
+    spec_decode: SpecDecode | None = None,
 ) -> CellResult:
     """Run one workload with ``policy`` on ``model`` and compare every request to a cold run."""
     started = time.perf_counter()
@@ -160,7 +169,14 @@ def verify_cell(
     cache: HybridPrefixCache = build_cache(
         model.spec, budget, policy, track_ids=True, **cast(dict[str, Any], settings)
     )
-    engine = Engine(model, cache, max_running=max_running, inject=inject, check_owners=check_owners)
+    engine = Engine(
+        model,
+        cache,
+        max_running=max_running,
+        inject=inject,
+        check_owners=check_owners,
+        spec_decode=spec_decode,
+    )
     turns = generate_turns(workload, requests=requests, seed=seed, vocab=model.vocab_size)
     source = SessionSource(turns)
     results = engine.run(source)
@@ -203,5 +219,8 @@ def verify_cell(
     cell.budget_bytes = stats.budget_bytes
     cell.stored = engine.faults.stored
     cell.fired = engine.faults.fired
+    if engine.spec is not None:
+        cell.drafted = engine.spec.stats.drafted
+        cell.accepted = engine.spec.stats.accepted
     cell.seconds = time.perf_counter() - started
     return cell
