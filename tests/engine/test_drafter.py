@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hycache.engine.drafter import SpecDecode, parse_spec_decode, propose
+from hycache.engine.drafter import SpecDecode, parse_spec_decode, propose, reference_drafter
+from hycache.engine.request import EngineRequest
 from hycache.errors import ConfigError
 
 
@@ -34,3 +35,15 @@ def test_bad_settings_name_the_expected_form(text: str) -> None:
 def test_a_setting_parses() -> None:
     assert parse_spec_decode("ngram:4") == SpecDecode(4)
     assert parse_spec_decode("ngram:4").label == "ngram:4"
+    assert parse_spec_decode("oracle:2") == SpecDecode(2, drafter="oracle")
+
+
+def test_reference_drafts_are_wrong_at_a_rotating_index() -> None:
+    request = EngineRequest((5, 6, 7), 8)
+    draft = reference_drafter(lambda r: [10, 11, 12, 13, 14, 15, 16, 17])
+    context = [5, 6, 7, 10]
+    assert draft(request, context, 3) == [10, 12, 13]  # index 0 wrong
+    assert draft(request, context, 3) == [11, 11, 13]  # index 1 wrong
+    assert draft(request, context, 3) == [11, 12, 12]
+    assert draft(request, context, 3) == [11, 12, 13]  # all right: a bonus token follows
+    assert draft(request, [5, 6, 7, 99], 3) == []  # left the reference: no draft

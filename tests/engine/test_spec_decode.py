@@ -3,13 +3,13 @@ rejected draft token in the cache, and ``wrong-accept-step`` caught."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
 from hycache.cache.presets import build_cache
-from hycache.engine.drafter import SpecDecode
+from hycache.engine.drafter import SpecDecode, reference_drafter
 from hycache.engine.engine import Engine, EngineRequest, RequestResult
 from hycache.engine.model import LoadedModel
 from hycache.engine.verify import default_capacity, verify_cell
@@ -21,32 +21,21 @@ TOL = 1e-4
 
 
 def spec_engine(model: LoadedModel, policy: str, inject: str | None = None) -> Engine:
+    """An engine decoding with reference drafts: the plain greedy continuation with the draft
+    token at a rotating index wrong, so every acceptance length 0..k occurs."""
     cache = build_cache(model.spec, default_capacity(model.spec), policy, track_ids=True)
-    engine = Engine(model, cache, max_running=2, inject=inject, spec_decode=SpecDecode(4))
-    assert engine.spec is not None
-    engine.spec.drafter = oracle_drafter(engine)
-    return engine
-
-
-def oracle_drafter(engine: Engine) -> Callable[[EngineRequest, Sequence[int], int], list[int]]:
-    """Drafts of a known quality: the plain greedy continuation, with the draft token at a
-    rotating index changed, so every step accepts 0..k tokens (k: all right, a bonus token)."""
+    spec = SpecDecode(4, drafter="oracle")
+    engine = Engine(model, cache, max_running=2, inject=inject, spec_decode=spec)
     cold: dict[tuple[int, ...], list[int]] = {}
-    calls = [0]
 
-    def draft(request: EngineRequest, context: Sequence[int], limit: int) -> list[int]:
-        prompt = request.prompt
-        if prompt not in cold:
-            cold[prompt] = engine.run_cold(prompt, request.max_new_tokens).output
-        done = len(context) - len(prompt)
-        drafts = list(cold[prompt][done : done + limit])
-        wrong = calls[0] % (limit + 1)
-        calls[0] += 1
-        if wrong < len(drafts):
-            drafts[wrong] = 3 + (drafts[wrong] + 1) % 1000
-        return drafts
+    def reference(request: EngineRequest) -> list[int]:
+        if request.prompt not in cold:
+            cold[request.prompt] = engine.run_cold(request.prompt, request.max_new_tokens).output
+        return cold[request.prompt]
 
-    return draft
+    assert engine.spec is not None
+    engine.spec.drafter = reference_drafter(reference)
+    return engine
 
 
 def chat_run(engine: Engine, requests: int = 8, tokens: int = 10) -> list[RequestResult]:
@@ -147,6 +136,9 @@ def test_wrong_accept_step_needs_speculative_decoding(
     cache = build_cache(model.spec, default_capacity(model.spec), "hycache", track_ids=True)
     with pytest.raises(ConfigError, match="--spec-decode"):
         Engine(model, cache, inject="wrong-accept-step")
+    engine = Engine(model, cache, spec_decode=SpecDecode(2, drafter="oracle"))
+    with pytest.raises(ConfigError, match="reference run"):  # nobody set the reference
+        engine.run([EngineRequest(tuple(range(3, 40)), 4)])
 
 
 def test_prompt_lookup_in_verify_matches_plain_decoding(

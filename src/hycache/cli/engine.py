@@ -155,9 +155,10 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--model", help="verify this checkpoint directory instead of a tiny one")
     verify.add_argument(
         "--spec-decode",
-        metavar="ngram:K",
+        metavar="ngram:K|oracle:K",
         help="decode speculatively (prompt-lookup drafts of K tokens, verified in one "
-        "forward) and compare with plain greedy decoding",
+        "forward; oracle: drafts from the cold run, partly wrong, a verification device) "
+        "and compare with plain greedy decoding",
     )
     add_knob_option(verify)
     verify.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hycache.engine.draft_states import StepRecorder
-from hycache.engine.drafter import SpecDecode, propose
+from hycache.engine.drafter import Drafter, SpecDecode, propose
 from hycache.engine.sampling import greedy_pick
 from hycache.engine.store import PrefixTags
 from hycache.errors import ConfigError
@@ -51,9 +51,6 @@ if TYPE_CHECKING:
     from hycache.engine.request import EngineRequest, RequestResult
 
 WRONG_STEP = "wrong-accept-step"
-
-#: proposes up to ``limit`` draft tokens for ``request`` continuing ``context`` (prompt + output)
-Drafter = Callable[["EngineRequest", Sequence[int], int], list[int]]
 
 
 def check_spec_inject(inject: str | None, spec: SpecDecode | None) -> None:
@@ -101,8 +98,13 @@ class SpecDecoder:
         self.wrong_step = inject == WRONG_STEP
         self.recorder = StepRecorder(model)
         self.stats = SpecStats()
-        #: the draft source: prompt lookup; tests swap in drafts of a known quality
-        self.drafter: Drafter = lambda _request, context, limit: propose(context, spec, limit)
+        #: the draft source: prompt lookup, or (``oracle``) reference drafts the caller sets
+        self.drafter: Drafter = self._prompt_lookup if spec.drafter == "ngram" else _unset
+
+    def _prompt_lookup(
+        self, request: EngineRequest, context: Sequence[int], limit: int
+    ) -> list[int]:
+        return propose(context, self.spec, limit)
 
     def decode(
         self,
@@ -171,3 +173,7 @@ class SpecDecoder:
             yield
         self.faults.end_request(lease.request_id)
         return Decoded(pos, stopped)
+
+
+def _unset(request: EngineRequest, context: Sequence[int], limit: int) -> list[int]:
+    raise ConfigError("oracle drafts need a reference run: set SpecDecoder.drafter")

@@ -15,7 +15,8 @@ nothing reused), 3 the injected fault never fired, so the run cannot show it wou
 
 With ``spec_decode`` the cached runs decode speculatively (``hycache.engine.spec_decode``) while
 the cold runs decode plainly, so every cell also compares speculative with plain greedy
-decoding; the cell counts drafted and accepted draft tokens.
+decoding; the cell counts drafted and accepted draft tokens. ``oracle:K`` drafts come from the
+cold runs (``hycache.engine.drafter.reference_drafter``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from hycache.cache.presets import KNOBS, build_cache
-from hycache.engine.drafter import SpecDecode
+from hycache.engine.drafter import SpecDecode, reference_drafter
 from hycache.engine.engine import Engine, RequestResult
 from hycache.engine.workloads import SessionSource, generate_turns
 from hycache.memory.layouts import unified_layout
@@ -177,11 +178,22 @@ def verify_cell(
         check_owners=check_owners,
         spec_decode=spec_decode,
     )
+    memo = {} if cold_memo is None else cold_memo
+
+    def cold_run(prompt: tuple[int, ...], max_new_tokens: int) -> RequestResult:
+        key = (prompt, max_new_tokens)
+        if key not in memo:
+            memo[key] = engine.run_cold(*key)
+        return memo[key]
+
+    if engine.spec is not None and engine.spec.spec.drafter == "oracle":
+        engine.spec.drafter = reference_drafter(
+            lambda r: cold_run(r.prompt, r.max_new_tokens).output
+        )
     turns = generate_turns(workload, requests=requests, seed=seed, vocab=model.vocab_size)
     source = SessionSource(turns)
     results = engine.run(source)
     cell = CellResult(arch, policy, workload, tolerance=tol, page_size=cache.page_size)
-    memo = {} if cold_memo is None else cold_memo
     for result in results:
         cell.requests += 1
         cell.waits += result.waits
@@ -189,11 +201,7 @@ def verify_cell(
             cell.failed += 1
             cell.details.append(f"{result.request.rid}: failed: {result.error}")
             continue
-        key = (result.request.prompt, result.request.max_new_tokens)
-        cold = memo.get(key)
-        if cold is None:
-            cold = engine.run_cold(*key)
-            memo[key] = cold
+        cold = cold_run(result.request.prompt, result.request.max_new_tokens)
         delta, mismatch, tie, note = compare(result, cold, tol)
         cell.max_delta = max(cell.max_delta, delta)
         cell.mismatches += mismatch
