@@ -36,12 +36,16 @@ def cmd_init_model(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from hycache.engine.archs import VERIFIED_ARCHS, get_arch
+    from hycache.engine.drafter import parse_spec_decode
     from hycache.engine.model import require_engine
+    from hycache.engine.spec_decode import check_spec_inject
     from hycache.engine.verify_run import run_verify, split_list
     from hycache.engine.workloads import WORKLOADS, generate_turns
 
     knobs = knob_overrides(args.knobs)
     check_knobs_apply(knobs, args.policy)
+    spec = None if args.spec_decode is None else parse_spec_decode(args.spec_decode)
+    check_spec_inject(args.inject, spec)
     archs = split_list(args.arch, VERIFIED_ARCHS, "arch")
     if args.model is None:
         for arch in archs:
@@ -76,6 +80,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         model_dir=args.model,
         check_owners=not args.no_owner_check,
         knobs=dict(knobs),
+        spec_decode=spec,
     )
     return outcome.exit_code
 
@@ -148,6 +153,13 @@ def register(subparsers: Any) -> None:
         "--hidden", type=positive_int, help=f"tiny model hidden size (default {TINY_HIDDEN})"
     )
     verify.add_argument("--model", help="verify this checkpoint directory instead of a tiny one")
+    verify.add_argument(
+        "--spec-decode",
+        metavar="ngram:K|oracle:K",
+        help="decode speculatively (prompt-lookup drafts of K tokens, verified in one "
+        "forward; oracle: drafts from the cold run, partly wrong, a verification device) "
+        "and compare with plain greedy decoding",
+    )
     add_knob_option(verify)
     verify.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
     verify.add_argument(

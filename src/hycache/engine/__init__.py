@@ -15,6 +15,9 @@ Modules:
   parts: ``request`` (request and result types), ``transfer`` (KV gather/scatter and state
   copies against the store), ``checkpoints`` (and the injected faults), ``accounting``,
   ``scheduler`` (interleaving, one step at a time), ``sampling`` (greedy or seeded);
+* ``spec_decode``: speculative decoding (``Engine(spec_decode=...)``): ``drafter`` (prompt
+  lookup), ``draft_states`` (per-draft-step recurrent states from one verification forward,
+  copy-back of the accepted step, KV rollback); see docs/spec_decode.md;
 * ``online``: the engine on a long-running scheduler thread (what ``hycache serve`` runs);
 * ``workloads``: short chat / branching / docqa streams (and scaled simulator workloads);
 * ``verify``: cached vs cold runs (``hycache verify``); ``cli_engine``: the subcommands.

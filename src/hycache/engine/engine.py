@@ -39,7 +39,12 @@ Fault injection (``inject``), to prove the verifier catches what it must:
   never computed, and caches that last page as if full: its unwritten tail keeps whatever the
   page id's previous owner left there, and later hits read it;
 * ``unwritten-publish``: the engine publishes the prompt when its prefill ends but writes the
-  pages only at finish: a request reusing them in between reads another prefix's data.
+  pages only at finish: a request reusing them in between reads another prefix's data;
+* ``wrong-accept-step`` (with ``spec_decode``): speculative decoding copies back the recurrent
+  state of the draft step after the accepted one (``hycache.engine.spec_decode``).
+
+``spec_decode`` (a ``SpecDecode``): greedy requests decode speculatively, a prompt-lookup draft
+verified in one forward per step (``hycache.engine.spec_decode``); ``self.spec`` counts.
 
 The parts live in their own modules: the request and result types in ``request``, the KV
 gather/scatter and state copies against the store in ``transfer``, checkpoints and the faults
@@ -58,6 +63,7 @@ from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
 from hycache.engine.accounting import MemoryCheck
 from hycache.engine.checkpoints import Checkpointer, Deferred
+from hycache.engine.drafter import SpecDecode
 from hycache.engine.faults import INJECTS, FaultLog
 from hycache.engine.model import LoadedModel
 from hycache.engine.request import (
@@ -69,6 +75,7 @@ from hycache.engine.request import (
 )
 from hycache.engine.sampling import greedy_pick, make_picker
 from hycache.engine.scheduler import Scheduler, Step
+from hycache.engine.spec_decode import SpecDecoder, check_spec_inject
 from hycache.engine.store import PrefixTags, TensorStore
 from hycache.engine.transfer import Transfer
 from hycache.errors import CapacityError, ConfigError, IntegrityError
@@ -105,9 +112,11 @@ class Engine:
         check_tree: bool = False,
         publish: bool = True,
         on_token: TokenCallback | None = None,
+        spec_decode: SpecDecode | None = None,
     ) -> None:
         if inject is not None and inject not in INJECTS:
             raise ConfigError(f"unknown inject {inject!r}; known: {', '.join(INJECTS)}")
+        check_spec_inject(inject, spec_decode)
         if max_running < 1:
             raise ConfigError(f"max_running must be >= 1, got {max_running}")
         if not getattr(cache.pool, "track_ids", True):
@@ -129,6 +138,11 @@ class Engine:
         self.faults = FaultLog()
         self.transfer = Transfer(model, self.store, self.faults, check_owners=check_owners)
         self.checkpoints = Checkpointer(cache, self.transfer, self.faults, inject=inject)
+        self.spec = (
+            None
+            if spec_decode is None
+            else SpecDecoder(model, spec_decode, self.checkpoints, self.faults, inject=inject)
+        )
         self.on_token = on_token
         self.requests_done = 0
         self.cache_clears = 0
@@ -267,7 +281,20 @@ class Engine:
         output = [pick(logits)]
         result.output = output
         stopped = self._stop_after(request, result, output[-1])
-        while len(output) < request.max_new_tokens and not stopped:
+        if self.spec is not None and (request.sampling is None or request.sampling.greedy):
+            decoded = yield from self.spec.decode(
+                lease,
+                request,
+                result,
+                dc,
+                tokens,
+                pos,
+                planned,
+                deferred,
+                lambda token: self._stop_after(request, result, token),
+            )
+            pos, stopped = decoded.pos, decoded.stopped
+        while len(output) < request.max_new_tokens and not stopped:  # plain decoding
             token = output[-1]
             tokens.append(token)
             logits = self.model.forward(dc, [token], pos)

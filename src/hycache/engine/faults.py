@@ -12,14 +12,19 @@ where that never happens proves nothing about the verifier, so the engine counts
   unwritten tail, a published page left unwritten);
 * ``fired``: each request that read such data (a corrupted state slot resumed from, or a
   corrupted page read) before anything rewrote it. This is what a verifier can catch.
+
+``wrong-accept-step`` corrupts the running request's own state (speculative decoding copies
+back the wrong draft step): stored when it is copied back, fired when the request's next
+forward computes on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-#: the faults ``Engine(inject=...)`` can inject (module docstring of ``hycache.engine.engine``)
-INJECTS = ("late-snapshot", "off-grid", "stale-tail", "unwritten-publish")
+#: the faults ``Engine(inject=...)`` can inject (module docstring of ``hycache.engine.engine``;
+#: ``wrong-accept-step``: ``hycache.engine.spec_decode``)
+INJECTS = ("late-snapshot", "off-grid", "stale-tail", "unwritten-publish", "wrong-accept-step")
 
 
 class FaultLog:
@@ -63,6 +68,15 @@ class FaultLog:
         bad = self._pages.get(kind)
         if bad and not bad.isdisjoint(ids):
             self._read_corrupted.add(request)
+
+    def own_state_corrupted(self) -> None:
+        """A running request's own state was overwritten with a wrong one (``wrong-accept-step``
+        copied back the step after the accepted one)."""
+        self.stored += 1
+
+    def own_state_read(self, request: int) -> None:
+        """The request computed on from its corrupted state (counted at ``end_request``)."""
+        self._read_corrupted.add(request)
 
     def end_request(self, request: int) -> None:
         """The request's reads are over: it fired the fault if any read corrupted data."""

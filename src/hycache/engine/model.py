@@ -96,6 +96,11 @@ class LoadedModel:
     def forward(self, cache: Any, tokens: list[int], start: int) -> torch.Tensor:
         """Run ``tokens`` at absolute positions ``start..`` through ``cache``; the logits of
         the last one (float64, 1-D)."""
+        return self.forward_all(cache, tokens, start, keep=1)[-1]
+
+    def forward_all(self, cache: Any, tokens: list[int], start: int, *, keep: int) -> torch.Tensor:
+        """Like ``forward``, the logits of the last ``keep`` tokens (float64, ``[keep, vocab]``):
+        what a verification pass over draft tokens needs."""
         import torch
 
         with torch.no_grad():
@@ -106,9 +111,9 @@ class LoadedModel:
                 position_ids=positions,
                 cache=cache,
                 use_cache=True,
-                logits_to_keep=1,
+                logits_to_keep=keep,
             )
-            logits: torch.Tensor = out.logits[0, -1].to(torch.float64)
+            logits: torch.Tensor = out.logits[0].to(torch.float64)
         return logits
 
 

@@ -12,6 +12,11 @@ With ``inject`` the engine breaks the hit path on purpose and counts how often t
 wrong data and how often a hit read it (it *fired*; ``hycache.engine.faults``); ``run_verify``
 prints both. Exit codes: 0 every cell passed (and something was reused), 1 a difference (or
 nothing reused), 3 the injected fault never fired, so the run cannot show it would be caught.
+
+With ``spec_decode`` the cached runs decode speculatively (``hycache.engine.spec_decode``) while
+the cold runs decode plainly, so every cell also compares speculative with plain greedy
+decoding; the cell counts drafted and accepted draft tokens. ``oracle:K`` drafts come from the
+cold runs (``hycache.engine.drafter.reference_drafter``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from hycache.cache.presets import KNOBS, build_cache
+from hycache.engine.drafter import SpecDecode, reference_drafter
 from hycache.engine.engine import Engine, RequestResult
 from hycache.engine.workloads import SessionSource, generate_turns
 from hycache.memory.layouts import unified_layout
@@ -69,6 +75,9 @@ class CellResult:
     #: how often the injected fault stored wrong data, and how many hits read it (``fired``)
     stored: int = 0
     fired: int = 0
+    #: speculative decoding: draft tokens proposed and accepted
+    drafted: int = 0
+    accepted: int = 0
     details: list[str] = field(default_factory=list)
 
     @property
@@ -150,6 +159,7 @@ def verify_cell(
     check_owners: bool = True,
     knobs: Mapping[str, object] | None = None,
     cold_memo: dict[tuple[tuple[int, ...], int], RequestResult] | None = None,
+    spec_decode: SpecDecode | None = None,
 ) -> CellResult:
     """Run one workload with ``policy`` on ``model`` and compare every request to a cold run."""
     started = time.perf_counter()
@@ -160,12 +170,30 @@ def verify_cell(
     cache: HybridPrefixCache = build_cache(
         model.spec, budget, policy, track_ids=True, **cast(dict[str, Any], settings)
     )
-    engine = Engine(model, cache, max_running=max_running, inject=inject, check_owners=check_owners)
+    engine = Engine(
+        model,
+        cache,
+        max_running=max_running,
+        inject=inject,
+        check_owners=check_owners,
+        spec_decode=spec_decode,
+    )
+    memo = {} if cold_memo is None else cold_memo
+
+    def cold_run(prompt: tuple[int, ...], max_new_tokens: int) -> RequestResult:
+        key = (prompt, max_new_tokens)
+        if key not in memo:
+            memo[key] = engine.run_cold(*key)
+        return memo[key]
+
+    if engine.spec is not None and engine.spec.spec.drafter == "oracle":
+        engine.spec.drafter = reference_drafter(
+            lambda r: cold_run(r.prompt, r.max_new_tokens).output
+        )
     turns = generate_turns(workload, requests=requests, seed=seed, vocab=model.vocab_size)
     source = SessionSource(turns)
     results = engine.run(source)
     cell = CellResult(arch, policy, workload, tolerance=tol, page_size=cache.page_size)
-    memo = {} if cold_memo is None else cold_memo
     for result in results:
         cell.requests += 1
         cell.waits += result.waits
@@ -173,11 +201,7 @@ def verify_cell(
             cell.failed += 1
             cell.details.append(f"{result.request.rid}: failed: {result.error}")
             continue
-        key = (result.request.prompt, result.request.max_new_tokens)
-        cold = memo.get(key)
-        if cold is None:
-            cold = engine.run_cold(*key)
-            memo[key] = cold
+        cold = cold_run(result.request.prompt, result.request.max_new_tokens)
         delta, mismatch, tie, note = compare(result, cold, tol)
         cell.max_delta = max(cell.max_delta, delta)
         cell.mismatches += mismatch
@@ -203,5 +227,8 @@ def verify_cell(
     cell.budget_bytes = stats.budget_bytes
     cell.stored = engine.faults.stored
     cell.fired = engine.faults.fired
+    if engine.spec is not None:
+        cell.drafted = engine.spec.stats.drafted
+        cell.accepted = engine.spec.stats.accepted
     cell.seconds = time.perf_counter() - started
     return cell

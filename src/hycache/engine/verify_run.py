@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hycache.engine.archs import init_model
+from hycache.engine.drafter import SpecDecode
 from hycache.engine.request import RequestResult
 from hycache.engine.verify import POLICIES, CellResult, verify_cell
 from hycache.errors import CapacityError, ConfigError
@@ -97,6 +98,7 @@ def run_verify(
     model_dir: str | None = None,
     check_owners: bool = True,
     knobs: Mapping[str, Mapping[str, object]] | None = None,
+    spec_decode: SpecDecode | None = None,
     echo: Callable[[str], None] = print,
 ) -> VerifyOutcome:
     """Verify every combination; print a table per architecture. Exit code 0 (all passed, and
@@ -139,6 +141,7 @@ def run_verify(
                         check_owners=check_owners,
                         knobs=(knobs or {}).get(policy),
                         cold_memo=memo,
+                        spec_decode=spec_decode,
                     )
                     if cell.requests and cell.failed == cell.requests:
                         raise CapacityError(
@@ -175,6 +178,9 @@ def run_verify(
             f"read in place {sum(c.in_place_tokens for c in mine)}"
         )
     fired = sum(c.fired for c in cells)
+    accepted = sum(c.accepted for c in cells)
+    if spec_decode is not None:
+        echo(spec_summary(spec_decode, cells))
     if inject is not None:
         stored = sum(c.stored for c in cells)
         echo(f"fault injected: {inject}")
@@ -191,6 +197,12 @@ def run_verify(
             "policies and workloads, so this run cannot show that the verifier catches it"
         )
         return VerifyOutcome(cells, 3)
+    if spec_decode is not None and accepted == 0 and inject is None:
+        echo(
+            "FAIL: no draft token was accepted, so copying back an accepted draft step was "
+            "never exercised (only rejections and their KV rollback were)"
+        )
+        return VerifyOutcome(cells, 1)
     if reused == 0:
         echo("FAIL: nothing was reused from the cache, so the comparison proves nothing")
         return VerifyOutcome(cells, 1)
@@ -202,3 +214,18 @@ def run_verify(
         return VerifyOutcome(cells, 0)
     echo("PASS: every cached run matches its cold run")
     return VerifyOutcome(cells, 0)
+
+
+def spec_summary(spec: SpecDecode, cells: Sequence[CellResult]) -> str:
+    """The drafted and accepted draft tokens of a ``--spec-decode`` run, per policy too."""
+    drafted = sum(c.drafted for c in cells)
+    accepted = sum(c.accepted for c in cells)
+    rate = f"{accepted / drafted:.0%}" if drafted else "-"
+    per = ", ".join(
+        f"{p} {sum(c.accepted for c in cells if c.policy == p)}"
+        for p in dict.fromkeys(c.policy for c in cells)
+    )
+    return (
+        f"spec-decode: drafted={drafted} accepted={accepted} ({spec.label}, acceptance {rate}; "
+        f"accepted by policy: {per}); every speculative run compared with plain greedy decoding"
+    )
