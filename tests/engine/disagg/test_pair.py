@@ -98,3 +98,24 @@ def test_decode_killed_mid_transfer(
         engine.cache.check_integrity()
         assert engine.cache.requests_in_flight() == 0
         assert pair.run(EngineRequest(_prompt(40), 2, rid="next")).status == "failed"
+
+
+def test_silent_decode_times_out(
+    models: Callable[[str], LoadedModel], model_dirs: Callable[[str], Path]
+) -> None:
+    model = models(ARCH)
+    engine = _prefill(model)
+    with DisaggPair(timeout_s=15) as pair:
+        pair.setup(engine, "vllm", _decode(model_dirs(ARCH), model))
+        process = pair.process
+        assert process is not None
+        os.kill(process.pid, signal.SIGSTOP)  # alive but silent
+        try:
+            started = time.monotonic()
+            outcome = pair.run(EngineRequest(_prompt(100), 2, rid="stalled"))
+            assert outcome.status == "failed"
+            assert time.monotonic() - started < 60
+            engine.cache.check_integrity()
+            assert engine.cache.requests_in_flight() == 0
+        finally:
+            os.kill(process.pid, signal.SIGKILL)
