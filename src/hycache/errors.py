@@ -13,6 +13,8 @@ integrity check raise ``IntegrityError`` (never ``assert``: ``python -O`` remove
     │   │                      a state beyond cached KV, touching a locked entry, ...)
     │   └── ArgumentError      an argument of a call has the wrong type or value (names it)
     ├── CapacityError          memory cannot be found even after eviction
+    ├── TransportError         a peer instance (disaggregated prefill/decode) died or timed out
+    │   └── HandshakeError     two instances that cannot exchange data (names the field)
     └── IntegrityError         an integrity check found a broken invariant (a bug, not misuse)
 """
 
@@ -68,6 +70,22 @@ class ArgumentError(CacheUsageError):
         super().__init__(f"{argument}: {reason}")
         self.argument = argument
         self.reason = reason
+
+
+class TransportError(HycacheError):
+    """A peer instance of a disaggregated pair went away or did not answer in time."""
+
+
+class HandshakeError(TransportError):
+    """Two instances refuse to pair: ``field`` names what differs (dtype, model, layout, ...)."""
+
+    def __init__(self, field: str, mine: object, theirs: object) -> None:
+        super().__init__(
+            f"handshake refused: {field} differs (prefill {mine!r}, decode {theirs!r})"
+        )
+        self.field = field
+        self.mine = mine
+        self.theirs = theirs
 
 
 class IntegrityError(HycacheError):

@@ -101,6 +101,11 @@ def test_verify_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         (["--set", "vllm.block_size=32"], "preset 'vllm' is not run (--policy hycache)"),
         (["--model", "somewhere", "--layers", "2"], "--layers shapes the tiny model"),
         (["--workload", "sim:poker"], "unknown workload 'poker'"),
+        (["--disagg", "16"], "expected P:D page sizes"),
+        (["--disagg", "16:x"], "is not a positive integer"),
+        (["--disagg", "nope@16:64"], "unknown preset 'nope'"),
+        (["--inject", "no-tail-zero"], "--inject no-tail-zero needs --disagg"),
+        (["--disagg", "16:64", "--inject", "stale-tail"], "cannot run with --disagg"),
     ],
 )
 def test_verify_bad_options_exit_2_before_any_model_is_built(

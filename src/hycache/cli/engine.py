@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from hycache.cache.presets import KNOBS
 from hycache.cli.knobs import add_knob_option, check_knobs_apply, knob_overrides, policies_arg
 from hycache.cli.numbers import non_negative_float, positive_int
 from hycache.cli.sizes import bytes_arg
+from hycache.engine.disagg.base import DISAGG_INJECTS, DisaggSpec
 from hycache.engine.faults import INJECTS
 from hycache.errors import ConfigError
 
@@ -56,6 +58,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for option, value in (("--layers", args.layers), ("--hidden", args.hidden)):
             if value is not None:
                 raise ConfigError(f"{option} shapes the tiny model; --model brings its own")
+    disagg = None if args.disagg is None else DisaggSpec.parse(args.disagg, tuple(KNOBS))
+    if disagg is not None and spec is not None:
+        raise ConfigError("--spec-decode and --disagg cannot be combined (yet)")
+    if (args.inject in DISAGG_INJECTS) != (disagg is not None) and args.inject is not None:
+        need = "needs --disagg" if disagg is None else "cannot run with --disagg"
+        raise ConfigError(f"--inject {args.inject} {need}")
     workloads = split_list(args.workload, WORKLOADS, "workload")
     for workload in workloads:  # unknown names fail here, before any model is built
         generate_turns(workload, requests=1, seed=args.seed, vocab=1024)
@@ -81,6 +89,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         check_owners=not args.no_owner_check,
         knobs=dict(knobs),
         spec_decode=spec,
+        disagg=disagg,
     )
     return outcome.exit_code
 
@@ -129,7 +138,7 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     verify.add_argument(
         "--inject",
-        choices=INJECTS,
+        choices=INJECTS + DISAGG_INJECTS,
         help="break the hit path on purpose; exit 3 if the fault never fired",
     )
     verify.add_argument(
@@ -159,6 +168,13 @@ def register(subparsers: Any) -> None:
         help="decode speculatively (prompt-lookup drafts of K tokens, verified in one "
         "forward; oracle: drafts from the cold run, partly wrong, a verification device) "
         "and compare with plain greedy decoding",
+    )
+    verify.add_argument(
+        "--disagg",
+        metavar="P:D",
+        help="disaggregated prefill/decode: page sizes of the prefill and the decode instance "
+        "(each PAGE or PRESET@PAGE, e.g. 16:64 or vllm@16:sglang@64); the decode instance runs "
+        "in a child process",
     )
     add_knob_option(verify)
     verify.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")

@@ -84,6 +84,8 @@ from hycache.tree.keys import encode_tokens
 if TYPE_CHECKING:
     import torch
 
+    from hycache.engine.disagg.base import PrefillSink, PrefillSource
+
 __all__ = [
     "INJECTS",
     "Engine",
@@ -144,6 +146,10 @@ class Engine:
             else SpecDecoder(model, spec_decode, self.checkpoints, self.faults, inject=inject)
         )
         self.on_token = on_token
+        #: disaggregated prefill/decode (``hycache.engine.disagg``): the prefill side hands
+        #: its prefilled prompt to a sink, the decode side loads it from a source
+        self.prefill_sink: PrefillSink | None = None
+        self.prefill_source: PrefillSource | None = None
         self.requests_done = 0
         self.cache_clears = 0
 
@@ -244,6 +250,9 @@ class Engine:
             ends |= {p + shift for p in planned if lease.hit < p and p + shift < n}
         tokens = list(prompt)
         pos = lease.hit
+        if self.prefill_source is not None:
+            pos = self.prefill_source.receive(lease, dc, result)
+            ends = {e for e in ends if e > pos} | {n}
         logits: torch.Tensor | None = None
         in_place = lease.kv_read_end > lease.hit
         for end in sorted(ends):
@@ -276,6 +285,8 @@ class Engine:
                     self.faults.pages_corrupted(kind, stale)
             elif published.cached_tokens:
                 self.transfer.scatter(lease.key, ns, dc, kv_start, pos, published.pages)
+        if self.prefill_sink is not None:
+            self.prefill_sink.send(lease, dc)
         result.logits.append(logits)
         pick = make_picker(request.sampling)
         output = [pick(logits)]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from hycache.cache.presets import KNOBS, build_cache
 from hycache.engine.drafter import SpecDecode, reference_drafter
-from hycache.engine.engine import Engine, RequestResult
+from hycache.engine.engine import Engine, EngineRequest, RequestResult
 from hycache.engine.workloads import SessionSource, generate_turns
 from hycache.memory.layouts import unified_layout
 from hycache.spec.model import ModelSpec
@@ -79,6 +79,8 @@ class CellResult:
     drafted: int = 0
     accepted: int = 0
     details: list[str] = field(default_factory=list)
+    #: lines printed under the table whatever the outcome (e.g. per-request transfers)
+    report: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -143,6 +145,36 @@ def compare(
     return delta, 0, 0, None
 
 
+ColdMemo = dict[tuple[tuple[int, ...], int], RequestResult]
+
+
+def cold_run(engine: Engine, memo: ColdMemo, request: EngineRequest) -> RequestResult:
+    """The cold run of ``request``'s prompt (memoised: every policy compares with the same)."""
+    key = (request.prompt, request.max_new_tokens)
+    cold = memo.get(key)
+    if cold is None:
+        cold = engine.run_cold(*key)
+        memo[key] = cold
+    return cold
+
+
+def score(cell: CellResult, result: RequestResult, cold: RequestResult) -> None:
+    """Count a finished request against its cold run into ``cell``."""
+    delta, mismatch, tie, note = compare(result, cold, cell.tolerance)
+    cell.max_delta = max(cell.max_delta, delta)
+    cell.mismatches += mismatch
+    cell.near_ties += tie
+    if note is not None:
+        cell.details.append(f"{result.request.rid} (hit {result.hit}): {note}")
+    if delta > cell.tolerance:
+        cell.details.append(
+            f"{result.request.rid} (hit {result.hit}/{len(result.request.prompt)}): "
+            f"max |delta| {delta:.2e}"
+        )
+    for violation in result.violations:
+        cell.violations.append(f"{result.request.rid}: {violation}")
+
+
 def verify_cell(
     model: LoadedModel,
     arch: str,
@@ -178,18 +210,9 @@ def verify_cell(
         check_owners=check_owners,
         spec_decode=spec_decode,
     )
-    memo = {} if cold_memo is None else cold_memo
-
-    def cold_run(prompt: tuple[int, ...], max_new_tokens: int) -> RequestResult:
-        key = (prompt, max_new_tokens)
-        if key not in memo:
-            memo[key] = engine.run_cold(*key)
-        return memo[key]
-
+    memo: ColdMemo = {} if cold_memo is None else cold_memo
     if engine.spec is not None and engine.spec.spec.drafter == "oracle":
-        engine.spec.drafter = reference_drafter(
-            lambda r: cold_run(r.prompt, r.max_new_tokens).output
-        )
+        engine.spec.drafter = reference_drafter(lambda r: cold_run(engine, memo, r).output)
     turns = generate_turns(workload, requests=requests, seed=seed, vocab=model.vocab_size)
     source = SessionSource(turns)
     results = engine.run(source)
@@ -201,20 +224,7 @@ def verify_cell(
             cell.failed += 1
             cell.details.append(f"{result.request.rid}: failed: {result.error}")
             continue
-        cold = cold_run(result.request.prompt, result.request.max_new_tokens)
-        delta, mismatch, tie, note = compare(result, cold, tol)
-        cell.max_delta = max(cell.max_delta, delta)
-        cell.mismatches += mismatch
-        cell.near_ties += tie
-        if note is not None:
-            cell.details.append(f"{result.request.rid} (hit {result.hit}): {note}")
-        if delta > tol:
-            cell.details.append(
-                f"{result.request.rid} (hit {result.hit}/{len(result.request.prompt)}): "
-                f"max |delta| {delta:.2e}"
-            )
-        for violation in result.violations:
-            cell.violations.append(f"{result.request.rid}: {violation}")
+        score(cell, result, cold_run(engine, memo, result.request))
         cell.checkpoints += len(result.checkpoints)
         cell.in_place_tokens += result.in_place_tokens
     stats = cache.stats()

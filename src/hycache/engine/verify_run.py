@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hycache.engine.archs import init_model
 from hycache.engine.drafter import SpecDecode
 from hycache.engine.request import RequestResult
 from hycache.engine.verify import POLICIES, CellResult, verify_cell
 from hycache.errors import CapacityError, ConfigError
+
+if TYPE_CHECKING:
+    from hycache.engine.disagg.base import DisaggSpec
 
 
 def split_list(text: str, known: Sequence[str], what: str) -> list[str]:
@@ -99,6 +104,7 @@ def run_verify(
     check_owners: bool = True,
     knobs: Mapping[str, Mapping[str, object]] | None = None,
     spec_decode: SpecDecode | None = None,
+    disagg: DisaggSpec | None = None,
     echo: Callable[[str], None] = print,
 ) -> VerifyOutcome:
     """Verify every combination; print a table per architecture. Exit code 0 (all passed, and
@@ -111,7 +117,13 @@ def run_verify(
         if policy not in POLICIES:
             raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     cells: list[CellResult] = []
-    with tempfile.TemporaryDirectory(prefix="hycache-verify-") as tmp:
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="hycache-verify-"))
+        runner = None
+        if disagg is not None:  # prefill here, decode in a child process
+            from hycache.engine.disagg.verify import DisaggVerifier
+
+            runner = stack.enter_context(DisaggVerifier(disagg, inject=inject))
         for arch in archs:
             if model_dir is not None:
                 directory = Path(model_dir)
@@ -126,7 +138,8 @@ def run_verify(
             for workload in workloads:
                 memo.clear()
                 for policy in policies:
-                    cell = verify_cell(
+                    run_cell = verify_cell if runner is None else runner.cell
+                    cell = run_cell(
                         model,
                         label,
                         policy,
@@ -155,6 +168,8 @@ def run_verify(
                 echo(f"note: {note}")
             echo(table(arch_cells))
             for cell in arch_cells:
+                for line in cell.report:
+                    echo(f"  {cell.policy}/{cell.workload}: {line}")
                 if cell.passed:
                     lines = [d for d in cell.details if "near-tie" in d][:3]
                 else:
@@ -176,6 +191,11 @@ def run_verify(
             f"reused by path ({policy}): restored {sum(c.reused_tokens for c in mine)}, of "
             f"which from published prefixes {sum(c.published_tokens for c in mine)}; "
             f"read in place {sum(c.in_place_tokens for c in mine)}"
+        )
+    if runner is not None:
+        echo(
+            f"disaggregated: {runner.moved} bytes moved prefill -> decode, analytic minimum "
+            f"{runner.minimum} bytes"
         )
     fired = sum(c.fired for c in cells)
     accepted = sum(c.accepted for c in cells)
