@@ -31,9 +31,10 @@ def chain_for(
     writer: str = "w1",
     inject: str | None = None,
     timeout_s: float = 1.0,
+    retry_after_s: float = 1.0,
 ) -> TierChain:
     page = build_cache(model.spec, default_capacity(model.spec), "hycache").page_size
-    settings = TierSettings(host, disk, redis_url, timeout_s=timeout_s)
+    settings = TierSettings(host, disk, redis_url, timeout_s=timeout_s, retry_after_s=retry_after_s)
     return build_chain(
         settings,
         model_identity(model, page),
@@ -45,19 +46,19 @@ def chain_for(
 
 
 class Hook(SessionSource):
-    """The chat workload, calling ``action`` once ``after`` requests have finished."""
+    """The chat workload, calling ``actions[k]`` once ``k`` requests have finished."""
 
-    def __init__(self, turns: list[Turn], after: int, action: Callable[[], None]) -> None:
+    def __init__(self, turns: list[Turn], actions: dict[int, Callable[[], None]]) -> None:
         super().__init__(turns)
-        self.after = after
-        self.action = action
+        self.actions = actions
         self.finished = 0
 
     def done(self, result: RequestResult) -> None:
         super().done(result)
         self.finished += 1
-        if self.finished == self.after:
-            self.action()
+        action = self.actions.get(self.finished)
+        if action is not None:
+            action()
 
 
 @dataclass(frozen=True)
@@ -75,19 +76,19 @@ def run_chat(
     chain: TierChain | None,
     *,
     requests: int = 16,
-    at: int | None = None,
-    action: Callable[[], None] | None = None,
+    actions: dict[int, Callable[[], None]] | None = None,
     engine_hook: Callable[[Engine], None] | None = None,
 ) -> Outcome:
-    """The chat workload on a small device over ``chain`` (``action`` after ``at`` requests),
-    every request compared with its cold run: ``wrong`` counts mismatching requests."""
+    """The chat workload on a small device over ``chain`` (``actions[k]`` run after ``k``
+    requests finished), every request compared with its cold run: ``wrong`` counts requests
+    that differ (or failed)."""
     capacity = int(default_capacity(model.spec) * DEVICE_SHARE)
     cache = build_cache(model.spec, capacity, "hycache", track_ids=True)
     engine = Engine(model, cache, max_running=2, tiers=chain)
     if engine_hook is not None:
         engine_hook(engine)
     turns = generate_turns("chat", requests=requests, seed=0, vocab=model.vocab_size)
-    source = SessionSource(turns) if at is None or action is None else Hook(turns, at, action)
+    source = Hook(turns, actions or {})
     results = engine.run(source)
     wrong = 0
     for r in results:

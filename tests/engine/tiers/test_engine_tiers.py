@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from hycache.engine.model import LoadedModel
-from tests.engine.conftest import RedisServer
 from tests.engine.tiers.helpers import chain_for, run_chat
+from tests.redis_server import RedisServer
 
 
 @pytest.mark.parametrize("arch", ["qwen3_next", "gemma3"])

@@ -29,13 +29,15 @@ TIER_INJECTS = ("corrupt-store", "no-checksum")
 @dataclass(frozen=True)
 class TierSettings:
     """Budgets of the host and disk tiers (0: absent), the Redis URL (None: absent), the
-    Redis TTL and the prefetch timeout (seconds a read from Redis may take)."""
+    Redis TTL, the prefetch timeout (seconds a read from Redis may take) and how long a
+    failed store is left alone before the next call reconnects."""
 
     host_bytes: int = 0
     disk_bytes: int = 0
     redis_url: str | None = None
     ttl_s: int = DEFAULT_TTL_S
     timeout_s: float = DEFAULT_TIMEOUT_S
+    retry_after_s: float = 1.0
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -105,6 +107,7 @@ def build_chain(
                 prefix=prefix,
                 ttl_s=settings.ttl_s,
                 timeout_s=settings.timeout_s,
+                retry_after_s=settings.retry_after_s,
             )
         )
     return TierChain(backends, identity, writer=writer)

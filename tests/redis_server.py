@@ -1,23 +1,15 @@
-"""Engine test fixtures: a real ``redis-server`` of the test's own on a free loopback port.
-
-``redis_server`` starts one per test (its own port, no persistence; ``maxmemory`` and the
-policy as asked), yields a handle that can SIGKILL and restart it on the same port, and stops
-it at the end. Tests that need it are skipped (with the reason) where ``redis-server`` or
-redis-py is missing; ``make test`` installs both.
-"""
+"""A real ``redis-server`` of a test's own on a free loopback port (no persistence;
+``maxmemory`` with ``allkeys-lru`` when asked), that can be SIGKILLed and restarted on the
+same port. The ``redis_server`` fixture in ``tests/conftest.py`` starts and stops them."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import pytest
 
 STARTUP_S = 10.0
 
@@ -85,23 +77,3 @@ class RedisServer:
                 self.process.kill()
                 self.process.wait(timeout=STARTUP_S)
             self.process = None
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
-    """A factory: ``redis_server(maxmemory=None)`` starts a server; all are stopped after."""
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (make test installs Debian's redis-server)")
-    pytest.importorskip("redis", reason="redis-py is not installed (pip install 'hycache[redis]')")
-    started: list[RedisServer] = []
-
-    def start(maxmemory: str | None = None) -> RedisServer:
-        directory = tmp_path / f"redis-{len(started)}"
-        directory.mkdir()
-        server = RedisServer(directory, maxmemory)
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
