@@ -92,7 +92,9 @@ class _Planner:
         return keys
 
     def best(self) -> int:
-        """The longest end whose objects are all believed held (``hit``: none)."""
+        """The longest end whose objects are all believed held (``hit``: none). Every full
+        page below ``top`` is held, so each candidate end checks only its state and the
+        window before it: linear in the pages (times the window's)."""
         top = self.hit
         if "full" in self.kinds:
             while top < self.limit and self.known.get(self.kv_key("full", top), False):
@@ -100,8 +102,14 @@ class _Planner:
         else:
             top = self.limit
         for end in range(top, self.hit, -self.page):
-            if all(self.known.get(k, False) for k in self.needs(end)):
-                return end
+            if self.recurrent and not self.known.get(self.state_key(end), False):
+                continue
+            if "swa" in self.kinds:
+                lo = max(self.hit, self.window_lo(end))
+                window = range(lo, end, self.page)
+                if not all(self.known.get(self.kv_key("swa", s), False) for s in window):
+                    continue
+            return end
         return self.hit
 
 
