@@ -87,7 +87,8 @@ class Checkpointer:
         believes it is; ``late``: the state has moved on, an injected fault)."""
         slot = self.cache.record_checkpoint(lease, position, reason)
         if slot is None:
-            if not late:  # the device keeps no state here; the tiers may
+            if not late and self.transfer.tiers is not None:
+                # the device keeps no state here; the tiers may
                 self.transfer.write_state(dc, None, tags, position)
             return
         self.transfer.write_state(dc, slot, tags, position, exact=not late)
