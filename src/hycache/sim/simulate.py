@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
 from hycache.cache.tierconfig import TierConfig
+from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
@@ -82,7 +83,9 @@ def _build(
     knobs.update(extra)
     cache = build_cache(config.spec, capacity, preset, track_ids=False, **knobs)
     if config.tiers is not None:
-        config.tiers.attach(cache)
+        tiers = preset_tiers(config.tiers, preset, resolve_knobs(preset, knobs))
+        if tiers is not None:
+            tiers.attach(cache)
     return cache
 
 
