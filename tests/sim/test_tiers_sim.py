@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hycache.cli.main import main
 from hycache.sim.metrics import PolicyResult
 
@@ -142,3 +144,16 @@ def test_sglang_host_state_pool_overruns_the_promise_unless_fixed(tmp_path: Path
         [entry] = _load(out)["capacities"].values()
         overrun[fix] = entry["policies"]["sglang"]["capacity_overrun_bytes"]
     assert overrun["false"] > 0 and overrun["true"] == 0
+
+
+def test_tier_table_in_output_and_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "r.html"
+    args = [*ARGS, *FIXES, "--host-capacity", "2%", "--storage-capacity", "unlimited"]
+    assert main([*args, "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "hit_host" in out and "hit_storage" in out and "GB_storage_down/up" in out
+    assert "Tiers: reused tokens by the tier" in report.read_text()
+    assert main(ARGS) == 0
+    assert "hit_host" not in capsys.readouterr().out

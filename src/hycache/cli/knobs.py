@@ -80,8 +80,9 @@ def knob_overrides(settings: Iterable[KnobSetting]) -> dict[str, dict[str, KnobV
 
 
 def parse_policies(text: str) -> list[str]:
-    """``"vllm,hycache"`` -> ``["vllm", "hycache"]``, ``"all"`` -> the four main presets; ConfigError on
-    an empty list or an unknown preset. Duplicates are dropped, order kept."""
+    """``"vllm,hycache"`` -> ``["vllm", "hycache"]``, ``"all"`` -> the four main presets
+    (``MAIN_PRESETS``); ConfigError on an empty list or an unknown preset. Duplicates are
+    dropped, order kept."""
     items = [item.strip() for item in text.split(",") if item.strip()]
     if items == ["all"]:
         return list(MAIN_PRESETS)

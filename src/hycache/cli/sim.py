@@ -32,7 +32,7 @@ from hycache.errors import ConfigError, InputError
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
-from hycache.sim.report import rejected_notes, render_html, table
+from hycache.sim.report import rejected_notes, render_html, table, tier_table
 from hycache.sim.request import Request
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, simulate
 from hycache.sim.trace import count_requests, read_trace
@@ -270,6 +270,9 @@ def _tier_line(tiers: TierConfig) -> str:
 
 def _print_results(results: dict[str, PolicyResult]) -> None:
     print(table(results))
+    tiers = tier_table(results)
+    if tiers is not None:
+        print(tiers)
     for note in rejected_notes(results):
         print(f"note: {note}")
 

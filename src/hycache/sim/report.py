@@ -44,7 +44,11 @@ def table(results: Mapping[str, PolicyResult]) -> str:
                 f"{r.wall_s:.1f}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return _aligned(rows)
+
+
+def _aligned(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
             c.rjust(w) if i else c.ljust(w)
@@ -54,6 +58,35 @@ def table(results: Mapping[str, PolicyResult]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _counts(value: object) -> dict[str, int | None]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def tier_table(results: Mapping[str, PolicyResult]) -> str | None:
+    """Reused tokens by the tier their KV came from, bytes moved per direction, peak bytes
+    and overrun per tier (None when no policy ran with tiers)."""
+    tiered = {name: r.tiers for name, r in results.items() if r.tiers is not None}
+    if not tiered:
+        return None
+    names = sorted({t for stats in tiered.values() for t in _counts(stats["tier_hit_tokens"])})
+    lower = [t for t in names if t != "device"]
+    header = ("policy", *(f"hit_{t}" for t in ["device", *lower]))
+    header += tuple(f"GB_{t}_down/up" for t in lower) + tuple(f"peak_GB_{t}" for t in lower)
+    header += ("tier_overrun",)
+    rows = [header]
+    for name, stats in tiered.items():
+        hits, moved = _counts(stats["tier_hit_tokens"]), _counts(stats["bytes_moved"])
+        peak, over = _counts(stats["tier_bytes_peak"]), _counts(stats["tier_overrun_bytes"])
+        row = [name, *(str(hits.get(t, 0)) for t in ["device", *lower])]
+        for t in lower:
+            down, up = moved.get(f"device->{t}") or 0, moved.get(f"{t}->device") or 0
+            row.append(f"{down / 1e9:.1f}/{up / 1e9:.1f}")
+        row += [f"{(peak.get(t) or 0) / 1e9:.2f}" for t in lower]
+        row.append(str(sum(v or 0 for v in over.values())))
+        rows.append(tuple(row))
+    return _aligned(rows)
 
 
 def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
@@ -181,6 +214,12 @@ def render_html(
         body.append(
             f"<h2>capacity {c / 1e9:.2f} GB</h2><pre>{html.escape(table(by_capacity[c]))}</pre>"
         )
+        tiers = tier_table(by_capacity[c])
+        if tiers is not None:
+            body.append(
+                "<h3>Tiers: reused tokens by the tier their KV came from, bytes moved</h3>"
+                f"<pre>{html.escape(tiers)}</pre>"
+            )
         body += [f"<p>{html.escape(n)}</p>" for n in rejected_notes(by_capacity[c])]
     style = "body{font-family:sans-serif;max-width:1320px;margin:2em auto}svg{margin:0.5em}"
     return (
