@@ -159,13 +159,16 @@ class HybridPrefixCache:
         session: str | None = None,
         token_budget: int | None = None,
         kernel_grid: bool = True,
+        slow_tier_tokens: int | None = None,
     ) -> Lease | Wait:
         """Match the prompt (the last token is always recomputed), lock the reused path,
         reserve the working set (KV pages for prompt + ``max_new_tokens`` beyond the hit and
         ``running_slots`` states) and plan the prefill. ``kernel_grid=False``: the caller's
         prefill may stop anywhere at no cost (the serial replay, which inserts at once), so
-        no state needs to sit on the recurrent kernel's grid. On ``Wait`` the only change is a
-        node split."""
+        no state needs to sit on the recurrent kernel's grid. With tiers, at most
+        ``slow_tier_tokens`` tokens of KV (None: any) come from the tiers below the host (what
+        a storage prefetch delivered). On ``Wait`` the only change is a node split (and what
+        tiers loaded back)."""
         key = validate.token_key("tokens", tokens)
         if not key:
             raise ArgumentError("tokens", "a request needs at least one prompt token")
@@ -174,13 +177,14 @@ class HybridPrefixCache:
         sess = validate.optional_text("session", session)
         budget = validate.optional_whole("token_budget", token_budget, minimum=1)
         grid = validate.flag("kernel_grid", kernel_grid)
+        slow = validate.optional_whole("slow_tier_tokens", slow_tier_tokens, minimum=0)
         if budget is None:
             budget = self.config.token_budget
         tiering = self.tiering
         if tiering is None:
             return self.admitter.admit(key, new, ns, sess, budget, grid)
         self.admitter.check_fits(len(key) // TOKEN_BYTES, new, budget)
-        loaded = tiering.load_back(key, ns)
+        loaded = tiering.load_back(key, ns, slow)
         lease = self.admitter.admit(key, new, ns, sess, budget, grid)
         if isinstance(lease, Lease):
             lease.tier_tokens = tiering.count_hit(lease.hit, loaded)

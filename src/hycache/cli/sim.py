@@ -20,6 +20,7 @@ from pathlib import Path
 from hycache.cache.tierconfig import (
     DEFAULT_PAGE_TOKENS,
     DEFAULT_STATE_SHARE,
+    PREFETCH_POLICIES,
     STORAGE_KINDS,
     TierConfig,
 )
@@ -111,6 +112,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         choices=STORAGE_KINDS,
         default="disk",
         help="storage tier kind, which sets its bandwidth (default disk)",
+    )
+    parser.add_argument(
+        "--prefetch",
+        choices=PREFETCH_POLICIES,
+        default="wait_complete",
+        help="storage prefetch: best_effort (what arrived while the request waited), "
+        "wait_complete, or timeout (1 s + 0.25 s per 1,024 tokens) (default wait_complete)",
     )
     parser.add_argument(
         "--host-page-tokens",
@@ -246,6 +254,7 @@ def _with_tiers(
         storage=None if storage is None else args.storage_kind,
         storage_bytes=storage.resolve(footprint) if isinstance(storage, Size) else None,
         page_tokens=args.host_page_tokens,
+        prefetch=args.prefetch,
     )
     return dataclasses.replace(config, tiers=tiers)
 

@@ -37,6 +37,7 @@ from hycache.errors import CapacityError, IntegrityError
 from hycache.policy.checkpoint.chunks import in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
+from hycache.sim.prefetch import Prefetch
 from hycache.sim.request import Request
 from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
 
@@ -133,8 +134,10 @@ def replay_serial(
     timeline_every: int = 50,
     reject_oversized: bool = False,
     session_idle_s: float | None = DEFAULT_IDLE_S,
+    prefetch: Prefetch | None = None,
 ) -> PolicyResult:
-    """Look up, then insert input and output at once, request after request."""
+    """Look up, then insert input and output at once, request after request. With tiers,
+    ``prefetch`` says what storage delivers (None: all of it, as it is loaded)."""
     rec = Recorder()
     start = time.perf_counter()
     sessions = SessionClock(cache, session_idle_s)
@@ -149,6 +152,7 @@ def replay_serial(
                 namespace=request.namespace,
                 session=request.session,
                 kernel_grid=False,  # nothing is prefilled: a state may sit anywhere
+                slow_tier_tokens=None if prefetch is None else prefetch.slow_limit(0.0),
             )
         except CapacityError:
             if not reject_oversized:
@@ -167,7 +171,9 @@ def replay_serial(
         sessions.end(request.session, now)
         _account(cache, rec, lease)
         ttft = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
-        if lease.loaded_bytes_by_tier:
+        if prefetch is not None:
+            ttft += prefetch.ttft_s(cost, lease, ttft, 0.0)
+        elif lease.loaded_bytes_by_tier:
             ttft += cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), ttft)
         rec.ttft_s.append(ttft)
         _sample(cache, rec, float(index), index % timeline_every == 0)
@@ -230,8 +236,10 @@ def replay_engine(
     reject_oversized: bool = False,
     publish: bool = True,
     session_idle_s: float | None = DEFAULT_IDLE_S,
+    prefetch: Prefetch | None = None,
 ) -> PolicyResult:
     """Discrete-event replay of one serving instance (see the module docstring).
+    ``prefetch``: with tiers, what storage delivers while a request waits.
     ``publish``: a request's prompt and prefill states join the cache when its prefill ends
     (``HybridPrefixCache.publish``), as in vLLM and SGLang; else only when it finishes."""
     rec = Recorder()
@@ -257,6 +265,7 @@ def replay_engine(
             continue
         while waiting and len(running) < max_running:
             request = waiting[0]
+            waited = now - request.arrival_s
             try:
                 lease = cache.admit(
                     request.prompt,
@@ -264,6 +273,7 @@ def replay_engine(
                     namespace=request.namespace,
                     session=request.session,
                     token_budget=token_budget,
+                    slow_tier_tokens=None if prefetch is None else prefetch.slow_limit(waited),
                 )
             except CapacityError:
                 if not reject_oversized:
@@ -286,14 +296,18 @@ def replay_engine(
             )
             if lease.loaded_bytes_by_tier:
                 alone = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
-                flight.load_s = cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), alone)
+                if prefetch is not None:
+                    flight.load_s = prefetch.ttft_s(cost, lease, alone, waited)
+                else:
+                    moved = cost.load_time(lease.loaded_bytes_by_tier)
+                    flight.load_s = cost.exposed_load(moved, alone)
             flight.record_due(cache)
             running.append(flight)
             _account(cache, rec, lease)
         if not running:
             if not waiting:
                 continue
-            raise AssertionError("nothing runs yet requests wait: memory accounting leaked")
+            raise IntegrityError("nothing runs yet requests wait: memory accounting leaked")
         prefill: list[tuple[int, int]] = []
         decoding = [f for f in running if f.done_prefill]
         budget = token_budget - len(decoding)

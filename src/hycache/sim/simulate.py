@@ -15,6 +15,7 @@ from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
+from hycache.sim.prefetch import Prefetch
 from hycache.sim.progress import Progress
 from hycache.sim.replay import replay_engine, replay_serial
 from hycache.sim.request import Request
@@ -135,6 +136,8 @@ def run_policy(
         chosen, _ = tune_knobs(replay)
         extra.update(chosen)
     cache = _build(config, preset, capacity, extra)
+    tiers = config.tiers and preset_tiers(config.tiers, preset, resolve_knobs(preset, knobs))
+    prefetch = Prefetch.of(tiers, config.cost) if tiers else None
     shown: dict[str, object] = dict(resolve_knobs(preset, {**knobs, **extra}))
     bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
     try:
@@ -147,6 +150,7 @@ def run_policy(
                 tick=bar.advance,
                 reject_oversized=config.reject_oversized,
                 session_idle_s=config.session_idle_s,
+                prefetch=prefetch,
             )
         budget = cache.config.token_budget or config.token_budget
         return replay_engine(
@@ -158,6 +162,7 @@ def run_policy(
             tick=bar.advance,
             reject_oversized=config.reject_oversized,
             session_idle_s=config.session_idle_s,
+            prefetch=prefetch,
         )
     finally:
         bar.close()
