@@ -286,7 +286,8 @@ class HybridPrefixCache:
         if tiering is None or not tiering.movement.writes_through():
             return
         found = self.tree.match(key, ns)
-        tiering.write_through([n for n in found.path if n.end <= found.matched])
+        path = [n for n in found.path if n.end <= found.matched]
+        tiering.write_through(tiering.movement.through(path))
 
     def abort(self, lease: Lease) -> None:
         """Release everything the request holds; insert nothing."""

@@ -156,7 +156,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
             str,
             "tiers: device -> host movement",
             "--hicache-write-policy",
-            ("write_through", "write_back"),
+            ("write_through", "write_through_selective", "write_back"),
         ),
         "hicache_fix_33713": Knob(
             False,

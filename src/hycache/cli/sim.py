@@ -30,6 +30,7 @@ from hycache.cli.numbers import non_negative_float, positive_int
 from hycache.cli.output import check_distinct, output_arg, write_atomically
 from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
+from hycache.policy.movement.registry import MOVEMENT_POLICIES
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
@@ -129,9 +130,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--movement",
-        choices=("write_back", "write_through"),
+        choices=MOVEMENT_POLICIES,
         default="write_back",
-        help="host tier movement policy (default write_back)",
+        help="device -> host movement: write_back, write_through, or write_through_selective "
+        "(after a hit, SGLang's threshold 2) (default write_back)",
     )
     parser.add_argument(
         "--session-idle-s",
