@@ -12,6 +12,7 @@ from hycache.errors import ConfigError
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
+from hycache.sim.disagg import replay_disagg
 from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
@@ -24,6 +25,8 @@ from hycache.spec.model import ModelSpec
 Source = Callable[[], Iterable[Request]]
 
 UNLIMITED_BYTES = 1 << 60
+#: replay modes: ``hycache.sim.replay`` (serial, engine) and ``hycache.sim.disagg``
+MODES = ("serial", "engine", "disagg")
 
 
 @dataclass(frozen=True)
@@ -41,10 +44,16 @@ class SimulationConfig:
     session_idle_s: float | None = DEFAULT_IDLE_S
     #: a host tier under the device (None: the device alone, as before tiers)
     tiers: TierConfig | None = None
+    #: ``disagg`` mode: the decode instance's capacity in bytes (None: the prefill's)
+    decode_capacity: int | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in ("serial", "engine"):
-            raise ConfigError(f"mode must be 'serial' or 'engine', got {self.mode!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode == "disagg" and self.tiers is not None:
+            raise ConfigError("mode 'disagg' runs without lower tiers (no --host-capacity)")
+        if self.decode_capacity is not None and self.mode != "disagg":
+            raise ConfigError("a decode capacity applies to mode 'disagg' only")
         if self.session_idle_s is not None and not self.session_idle_s >= 0:
             raise ConfigError(f"session_idle_s must be >= 0 or None, got {self.session_idle_s}")
         for preset, values in (self.knobs or {}).items():
@@ -138,6 +147,18 @@ def run_policy(
         if config.mode == "serial":
             return replay_serial(
                 cache,
+                source(),
+                config.cost,
+                knobs=shown,
+                tick=bar.advance,
+                reject_oversized=config.reject_oversized,
+                session_idle_s=config.session_idle_s,
+            )
+        if config.mode == "disagg":
+            decode = _build(config, preset, config.decode_capacity or capacity, extra)
+            return replay_disagg(
+                cache,
+                decode,
                 source(),
                 config.cost,
                 knobs=shown,
