@@ -41,8 +41,9 @@ def state_bytes(spec: ModelSpec) -> int:
     return r.layers * (r.recurrent_state_bytes + r.conv_state_bytes)
 
 
-def spy_admits(cache: HybridPrefixCache) -> list[tuple[int, int]]:
-    """(hit, kv_read_end) of every admission on ``cache``, in order."""
+def spy_admits(cache: HybridPrefixCache, grid: list[int] | None = None) -> list[tuple[int, int]]:
+    """(hit, kv_read_end) of every admission on ``cache``, in order; into ``grid``, the last
+    checkpoint each plan places in ``(hit, N-1]`` (N-1 when none)."""
     seen: list[tuple[int, int]] = []
     admit = cache.admit
 
@@ -50,6 +51,10 @@ def spy_admits(cache: HybridPrefixCache) -> list[tuple[int, int]]:
         lease = admit(tokens, **kwargs)  # type: ignore[arg-type]
         if isinstance(lease, Lease):
             seen.append((lease.hit, lease.kv_read_end))
+            last = lease.prompt_len - 1
+            points = [p.position for p in lease.plan.checkpoints if lease.hit < p.position <= last]
+            if grid is not None:
+                grid.append(max(points, default=last))
         return lease
 
     cache.admit = spying  # type: ignore[method-assign]
@@ -218,6 +223,7 @@ def test_cli_reports_bytes_moved(tmp_path: Path, capsys: pytest.CaptureFixture[s
     [
         (["--decode-capacity", "10%"], "--decode-capacity applies to --mode disagg only"),
         (["--mode", "disagg", "--host-capacity", "10%"], "runs without lower tiers"),
+        (["--disagg-pull", "grid"], "--disagg-pull applies to --mode disagg only"),
     ],
 )
 def test_cli_refuses_what_disagg_does_not_take(
@@ -225,3 +231,35 @@ def test_cli_refuses_what_disagg_does_not_take(
 ) -> None:
     assert main([*CLI, "--capacity", "80%", "--policy", "hycache", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_grid_pull_resumes_at_the_decode_plan_and_keeps_that_state(preset: str) -> None:
+    """``pull="grid"``: bytes are the minimum up to the resume point (the last planned
+    checkpoint after the decode hit), the decode side computes the rest, and it hits more
+    than under the engine's rule on a conversation."""
+    requests = chat()
+    cost = CostModel(SPEC, hardware("h200"))
+    results = {}
+    for pull in ("last", "grid"):
+        prefill = build_cache(SPEC, BIG, preset, track_ids=False)
+        decode = build_cache(SPEC, BIG, preset, track_ids=False)
+        grid: list[int] = []
+        admits = spy_admits(decode, grid)
+        result = replay_disagg(prefill, decode, requests, cost, pull=pull)
+        d = result.disagg
+        assert d is not None and d.pull == pull
+        expected, computed = [], 0
+        for request, (hit, _end), point in zip(requests, admits, grid, strict=True):
+            at = point if pull == "grid" else request.prompt_len - 1
+            state = state_bytes(SPEC) if hit < at else 0
+            expected.append((at - hit) * full_kv_per_token(SPEC) + state)
+            computed += request.prompt_len - at
+        assert list(d.moved_samples) == expected
+        assert d.decode_prefill_tokens == computed
+        prefill.check_integrity()
+        decode.check_integrity()
+        results[pull] = d
+    assert results["last"].decode_prefill_tokens == len(requests)
+    assert results["grid"].decode_hit_tokens > results["last"].decode_hit_tokens
+    assert results["grid"].bytes_moved < results["last"].bytes_moved

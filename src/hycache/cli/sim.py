@@ -30,6 +30,7 @@ from hycache.cli.output import check_distinct, output_arg, write_atomically
 from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
 from hycache.sim.cost import CostModel
+from hycache.sim.disagg import PULLS
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.report import disagg_table, rejected_notes, render_html, table
@@ -87,6 +88,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         type=policies_arg,
         default="vllm,sglang,marconi,hycache",
         help="P[,Q...] or all (default vllm,sglang,marconi,hycache)",
+    )
+    parser.add_argument(
+        "--disagg-pull",
+        choices=PULLS,
+        default="last",
+        help="--mode disagg: where the decode side resumes: last (N-1, the engine's rule; "
+        "default) or grid (its own last planned checkpoint, whose state it keeps)",
     )
     add_knob_option(parser)
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
@@ -175,6 +183,8 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     check_distinct({"--json": args.json, "--report": args.report})
     if getattr(args, "decode_capacity", None) is not None and args.mode != "disagg":
         raise ConfigError("--decode-capacity applies to --mode disagg only")
+    if args.disagg_pull != "last" and args.mode != "disagg":
+        raise ConfigError("--disagg-pull applies to --mode disagg only")
     if args.mode == "disagg" and args.host_capacity is not None:
         raise ConfigError("--mode disagg runs without lower tiers (no --host-capacity)")
     spec = load_spec(args.model, dtype=args.dtype)
@@ -186,6 +196,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         progress=True if args.progress else None,
         reject_oversized=True,
         session_idle_s=args.session_idle_s,
+        pull=args.disagg_pull,
     )
 
 

@@ -19,7 +19,15 @@ both instances:
 
 TTFT = the prefill instance's ``prefill_time(p_hit, N-1 - p_hit)`` (0 when it did not run) +
 the transfer, ``bytes / Hardware.remote_bandwidth`` (after the prefill, not overlapped with
-it) + the decode instance's one-token step ``prefill_time(N-1, 1)``. A request that a cache
+it) + the decode instance's one-token step ``prefill_time(N-1, 1)``.
+
+Under that rule the decode cache holds no state inside any prompt (N-1 is off its grid, and
+it records none there), so it hits only where a later prompt extends a whole earlier request
+(its end state). ``pull="grid"`` measures the alternative: the decode instance resumes at
+the last checkpoint its own plan places in ``(hit, N-1]`` (N-1 when none): everything above
+with that point in place of N-1 (the prefill instance runs ``prompt[:point]``, the KV and the
+state are pulled up to it, the decode instance computes ``[point, N)`` itself), and it keeps
+the pulled state as that checkpoint. A request that a cache
 can never hold is served uncached on that side (counted as rejected there); the other side
 proceeds as if it had no hit there. No lower tiers.
 """
@@ -33,7 +41,7 @@ from dataclasses import dataclass
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
-from hycache.errors import CapacityError, IntegrityError
+from hycache.errors import CapacityError, ConfigError, IntegrityError
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import DisaggStats, PolicyResult, Recorder, percentile
 from hycache.sim.replay import (
@@ -47,6 +55,9 @@ from hycache.sim.request import Request
 from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
 from hycache.spec.model import ModelSpec
 from hycache.tree.keys import TOKEN_BYTES
+
+#: where the decode instance resumes (``resume_point``)
+PULLS = ("last", "grid")
 
 
 @dataclass(frozen=True)
@@ -70,11 +81,17 @@ class Transfer:
         return self.total_bytes == 0
 
 
-def transfer_for(spec: ModelSpec, hit: int, kv_read_end: int, prompt_len: int) -> Transfer:
-    """The analytic minimum the decode instance pulls (see the module docstring)."""
-    end = prompt_len - 1
-    if not 0 <= hit <= end:
-        raise IntegrityError(f"decode hit {hit} outside [0, {end}] for a {prompt_len}-token prompt")
+def transfer_for(
+    spec: ModelSpec, hit: int, kv_read_end: int, prompt_len: int, upto: int | None = None
+) -> Transfer:
+    """The analytic minimum the decode instance pulls (see the module docstring) when it
+    resumes at ``upto`` (default N-1: it computes the last prompt token alone)."""
+    end = prompt_len - 1 if upto is None else upto
+    if not 0 <= hit <= end <= max(0, prompt_len - 1):
+        raise IntegrityError(
+            f"decode hit {hit} / resume point {end} outside [0, N-1] for a "
+            f"{prompt_len}-token prompt"
+        )
     start = max(hit, min(kv_read_end, end))
     full, swa = spec.full, spec.swa
     kv = (end - start) * full.kv_bytes_per_token if full is not None else 0
@@ -107,12 +124,29 @@ def _admit(
     return lease
 
 
+def resume_point(lease: Lease | None, prompt_len: int, pull: str) -> int:
+    """Where the decode instance resumes: N-1 (``last``, the engine's rule), or with ``grid``
+    the last checkpoint its own plan places in ``(hit, N-1]`` (on its state grid, so it can
+    keep the pulled state), N-1 when there is none."""
+    if pull not in PULLS:
+        raise ConfigError(f"pull must be one of {', '.join(PULLS)}, got {pull!r}")
+    last = prompt_len - 1
+    if pull == "last" or lease is None:
+        return last
+    points = [p.position for p in lease.plan.checkpoints if lease.hit < p.position <= last]
+    return max(points, default=last)
+
+
 def _prefill_side(
-    cache: HybridPrefixCache, request: Request, cost: CostModel, rec: Recorder, reject: bool
+    cache: HybridPrefixCache,
+    request: Request,
+    n: int,
+    cost: CostModel,
+    rec: Recorder,
+    reject: bool,
 ) -> float:
-    """Run ``prompt[:N-1]`` on the prefill instance (one token to generate, which it never
+    """Run ``prompt[:n]`` on the prefill instance (one token to generate, which it never
     feeds back); returns the seconds of its prefill."""
-    n = request.prompt_len - 1
     mine = dataclasses.replace(request, prompt=request.prompt[: n * TOKEN_BYTES], output=b"")
     lease = _admit(cache, mine, 1, rec, reject)
     if lease is None:
@@ -123,11 +157,11 @@ def _prefill_side(
     return cost.prefill_time(lease.hit, n - lease.hit)
 
 
-def _decode_side(cache: HybridPrefixCache, lease: Lease, request: Request) -> None:
-    """The decode instance computed the last prompt token and decoded: the states it
-    computed (planned at N or later), then its prompt and output join its cache."""
+def _decode_side(cache: HybridPrefixCache, lease: Lease, request: Request, keep_from: int) -> None:
+    """The decode instance computed the rest of the prompt and decoded: the states it holds
+    (planned at ``keep_from`` or later), then its prompt and output join its cache."""
     for point in lease.plan.checkpoints:
-        if point.position >= request.prompt_len:
+        if point.position >= keep_from:
             cache.record_checkpoint(lease, point.position, point.reason)
     if request.output_len:
         cache.extend(lease, request.output)
@@ -145,6 +179,7 @@ def replay_disagg(
     timeline_every: int = 50,
     reject_oversized: bool = False,
     session_idle_s: float | None = DEFAULT_IDLE_S,
+    pull: str = "last",
 ) -> PolicyResult:
     """Every request through the decode instance's cache, the prefill instance when the
     decode side lacks anything, and back (see the module docstring). The result's main fields
@@ -155,7 +190,7 @@ def replay_disagg(
     bandwidth = cost.hw.remote_bandwidth
     moved: list[int] = []
     seconds: list[float] = []
-    kv_moved = state_moved = decode_hit = prompt_tokens = skipped = 0
+    kv_moved = state_moved = decode_hit = prompt_tokens = skipped = computed = 0
     start = time.perf_counter()
     for index, request in enumerate(requests):
         now = request.arrival_s
@@ -165,17 +200,21 @@ def replay_disagg(
         n = request.prompt_len
         lease = _admit(decode, request, request.output_len, drec, reject_oversized)
         hit = lease.hit if lease is not None else 0
-        move = transfer_for(spec, hit, lease.kv_read_end if lease is not None else 0, n)
+        at = resume_point(lease, n, pull)
+        move = transfer_for(spec, hit, lease.kv_read_end if lease is not None else 0, n, at)
         ttft = 0.0
         if move.empty:
             skipped += 1
         else:
-            ttft += _prefill_side(prefill, request, cost, rec, reject_oversized)
+            ttft += _prefill_side(prefill, request, at, cost, rec, reject_oversized)
         transfer_s = move.total_bytes / bandwidth
-        ttft += transfer_s + cost.prefill_time(n - 1, 1)
-        rec.prefill_flops += spec.prefill_flops(n - 1, 1)
+        ttft += transfer_s + cost.prefill_time(at, n - at)
+        rec.prefill_flops += spec.prefill_flops(at, n - at)
+        computed += n - at
         if lease is not None:
-            _decode_side(decode, lease, request)
+            # the engine's rule keeps no state at N-1 (it computes from there); ``grid``
+            # keeps the pulled one, which sits where its own plan wanted a checkpoint
+            _decode_side(decode, lease, request, at if pull == "grid" else at + 1)
         for clock in clocks:
             clock.end(request.session, now)
         rec.ttft_s.append(ttft)
@@ -207,5 +246,7 @@ def replay_disagg(
         transfer_p50_s=percentile(seconds, 50),
         transfer_p95_s=percentile(seconds, 95),
         moved_samples=tuple(moved),
+        pull=pull,
+        decode_prefill_tokens=computed,
     )
     return dataclasses.replace(result, requests=len(moved), disagg=stats)

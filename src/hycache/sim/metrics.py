@@ -60,6 +60,10 @@ class DisaggStats:
     transfer_p95_s: float
     #: bytes moved per request, in replay order
     moved_samples: tuple[int, ...] = ()
+    #: where the decode side resumed (``hycache.sim.disagg.PULLS``) and the prompt tokens it
+    #: computed itself (one per request with ``last``)
+    pull: str = "last"
+    decode_prefill_tokens: int = 0
 
     @property
     def bytes_moved_mean(self) -> float:
@@ -73,7 +77,9 @@ class DisaggStats:
 
     def as_json(self) -> dict[str, object]:
         return {
+            "pull": self.pull,
             "decode_capacity_bytes": self.decode_capacity_bytes,
+            "decode_prefill_tokens": self.decode_prefill_tokens,
             "bytes_moved": self.bytes_moved,
             "bytes_moved_mean": self.bytes_moved_mean,
             "kv_bytes_moved": self.kv_bytes_moved,

@@ -12,7 +12,7 @@ from hycache.errors import ConfigError
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
-from hycache.sim.disagg import replay_disagg
+from hycache.sim.disagg import PULLS, replay_disagg
 from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
@@ -44,16 +44,20 @@ class SimulationConfig:
     session_idle_s: float | None = DEFAULT_IDLE_S
     #: a host tier under the device (None: the device alone, as before tiers)
     tiers: TierConfig | None = None
-    #: ``disagg`` mode: the decode instance's capacity in bytes (None: the prefill's)
+    #: ``disagg`` mode: the decode instance's capacity in bytes (None: the prefill's), and
+    #: where it resumes (``hycache.sim.disagg.PULLS``)
     decode_capacity: int | None = None
+    pull: str = "last"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.mode == "disagg" and self.tiers is not None:
             raise ConfigError("mode 'disagg' runs without lower tiers (no --host-capacity)")
-        if self.decode_capacity is not None and self.mode != "disagg":
-            raise ConfigError("a decode capacity applies to mode 'disagg' only")
+        if self.mode != "disagg" and (self.decode_capacity is not None or self.pull != "last"):
+            raise ConfigError("a decode capacity or pull applies to mode 'disagg' only")
+        if self.pull not in PULLS:
+            raise ConfigError(f"pull must be one of {', '.join(PULLS)}, got {self.pull!r}")
         if self.session_idle_s is not None and not self.session_idle_s >= 0:
             raise ConfigError(f"session_idle_s must be >= 0 or None, got {self.session_idle_s}")
         for preset, values in (self.knobs or {}).items():
@@ -165,6 +169,7 @@ def run_policy(
                 tick=bar.advance,
                 reject_oversized=config.reject_oversized,
                 session_idle_s=config.session_idle_s,
+                pull=config.pull,
             )
         budget = cache.config.token_budget or config.token_budget
         return replay_engine(
