@@ -32,11 +32,12 @@ from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
 from hycache.policy.movement.registry import MOVEMENT_POLICIES
 from hycache.sim.cost import CostModel
+from hycache.sim.disagg import PULLS
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
-from hycache.sim.report import rejected_notes, render_html, table, tier_table
+from hycache.sim.report import disagg_table, rejected_notes, render_html, table, tier_table
 from hycache.sim.request import Request
-from hycache.sim.simulate import SimulationConfig, footprint_bytes, simulate
+from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes, simulate
 from hycache.sim.trace import count_requests, read_trace
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
@@ -77,12 +78,25 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """What a replay takes besides its source (simulate and compare)."""
     parser.add_argument("--hardware", default="h200", help="cost model profile (default h200)")
-    parser.add_argument("--mode", choices=("serial", "engine"), default="serial")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="serial",
+        help="serial (default), engine (discrete-event serving), or disagg (prefill and decode "
+        "instances, each with its own cache of the preset; bytes moved between them)",
+    )
     parser.add_argument(
         "--policy",
         type=policies_arg,
         default="vllm,sglang,marconi,hycache",
         help="P[,Q...] or all (default vllm,sglang,marconi,hycache)",
+    )
+    parser.add_argument(
+        "--disagg-pull",
+        choices=PULLS,
+        default="last",
+        help="--mode disagg: where the decode side resumes: last (N-1, the engine's rule; "
+        "default) or grid (its own last planned checkpoint, whose state it keeps)",
     )
     add_knob_option(parser)
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
@@ -177,6 +191,12 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     knobs = knob_overrides(args.knobs)
     check_knobs_apply(knobs, args.policy)
     check_distinct({"--json": args.json, "--report": args.report})
+    if getattr(args, "decode_capacity", None) is not None and args.mode != "disagg":
+        raise ConfigError("--decode-capacity applies to --mode disagg only")
+    if args.disagg_pull != "last" and args.mode != "disagg":
+        raise ConfigError("--disagg-pull applies to --mode disagg only")
+    if args.mode == "disagg" and args.host_capacity is not None:
+        raise ConfigError("--mode disagg runs without lower tiers (no --host-capacity)")
     spec = load_spec(args.model, dtype=args.dtype)
     return SimulationConfig(
         spec,
@@ -186,6 +206,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         progress=True if args.progress else None,
         reject_oversized=True,
         session_idle_s=args.session_idle_s,
+        pull=args.disagg_pull,
     )
 
 
@@ -267,7 +288,7 @@ def _storage_arg(text: str) -> Size | str:
 
 
 def _relative(args: argparse.Namespace) -> bool:
-    sizes = [args.capacity, args.host_capacity, args.storage_capacity]
+    sizes = [args.capacity, args.host_capacity, args.storage_capacity, args.decode_capacity]
     return any(isinstance(s, Size) and s.relative for s in sizes)
 
 
@@ -280,7 +301,8 @@ def _tier_line(tiers: TierConfig) -> str:
 
 
 def _print_results(results: dict[str, PolicyResult]) -> None:
-    print(table(results))
+    disagg = all(r.disagg is not None for r in results.values())
+    print(disagg_table(results) if disagg else table(results))
     tiers = tier_table(results)
     if tiers is not None:
         print(tiers)
@@ -295,16 +317,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     footprint = footprint_bytes(config, source) if _relative(args) else None
     [capacity] = _capacities(config, source, [size], footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
+    decode: Capacity | None = None
+    if args.decode_capacity is not None:
+        [decode] = resolve([args.decode_capacity], footprint)
+        config = dataclasses.replace(config, decode_capacity=decode.nbytes)
+        check_capacities(config, source(), [decode], args.policy, label)
     results = simulate(config, source, capacity.nbytes, args.policy, total=total)
-    shown = format_bytes(capacity.nbytes)
-    if footprint is not None:
-        shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
+    shown = _shown(capacity, footprint)
+    if decode is not None:
+        shown += f", decode capacity {_shown(decode, footprint)}"
     print(f"{label}, {args.model}, capacity {shown}, {args.mode} mode")
     if config.tiers is not None:
         print(_tier_line(config.tiers))
     _print_results(results)
     _outputs(args, label, {capacity.nbytes: results}, [])
     return 0
+
+
+def _shown(capacity: Capacity, footprint: int | None) -> str:
+    shown = format_bytes(capacity.nbytes)
+    if footprint is not None:
+        shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
+    return shown
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -343,6 +377,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=size_arg,
         required=True,
         help="cache size: bytes (40GB, 32GiB) or a percentage of the unlimited footprint (10%%)",
+    )
+    sim.add_argument(
+        "--decode-capacity",
+        type=size_arg,
+        default=None,
+        help="--mode disagg: the decode instance's cache size (default: --capacity)",
     )
     add_run_arguments(sim)
     sim.set_defaults(func=cmd_simulate)

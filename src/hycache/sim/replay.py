@@ -44,7 +44,7 @@ from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
 Tick = Callable[[], None]
 
 
-def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
+def sample_usage(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
     usage = cache.usage()
     kv, state = usage.kv_bytes, usage.state_bytes
     rec.sample(now, kv, state, usage.used_bytes, usage.budget_bytes)
@@ -52,7 +52,7 @@ def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> 
         rec.timeline.append((now, kv, state))
 
 
-def _result(
+def policy_result(
     cache: HybridPrefixCache, rec: Recorder, mode: str, wall: float, knobs: dict[str, object]
 ) -> PolicyResult:
     s = cache.stats()
@@ -90,7 +90,7 @@ def _result(
     )
 
 
-def _reject(cache: HybridPrefixCache, rec: Recorder, request: Request) -> None:
+def reject_uncached(cache: HybridPrefixCache, rec: Recorder, request: Request) -> None:
     """A request larger than the whole cache: served without caching (a miss), counted. The
     caller records its TTFT."""
     rec.rejected += 1
@@ -104,7 +104,7 @@ def _serve_alone(
     """Engine mode: a request larger than the whole cache runs uncached and alone (it needs
     every byte of the instance), prefill in token-budget chunks then its decode steps.
     Returns the time it finishes; its TTFT counts the wait for the batch to drain."""
-    _reject(cache, rec, request)
+    reject_uncached(cache, rec, request)
     budget = cache.config.token_budget or 8192
     done = 0
     while done < request.prompt_len:
@@ -118,7 +118,7 @@ def _serve_alone(
     return now
 
 
-def _account(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
+def account_prefill(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
     spec = cache.spec
     rec.flops_saved += spec.prefill_flops(0, lease.hit)
     rec.prefill_flops += spec.prefill_flops(lease.hit, lease.prompt_len - lease.hit)
@@ -157,7 +157,7 @@ def replay_serial(
         except CapacityError:
             if not reject_oversized:
                 raise
-            _reject(cache, rec, request)
+            reject_uncached(cache, rec, request)
             rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
             sessions.end(request.session, now)
             continue
@@ -169,17 +169,17 @@ def replay_serial(
             cache.record_planned(lease)
         cache.finish(lease)
         sessions.end(request.session, now)
-        _account(cache, rec, lease)
+        account_prefill(cache, rec, lease)
         ttft = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
         if prefetch is not None:
             ttft += prefetch.ttft_s(cost, lease, ttft, 0.0)
         elif lease.loaded_bytes_by_tier:
             ttft += cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), ttft)
         rec.ttft_s.append(ttft)
-        _sample(cache, rec, float(index), index % timeline_every == 0)
+        sample_usage(cache, rec, float(index), index % timeline_every == 0)
         if tick is not None:
             tick()
-    return _result(cache, rec, "serial", time.perf_counter() - start, knobs or {})
+    return policy_result(cache, rec, "serial", time.perf_counter() - start, knobs or {})
 
 
 @dataclass
@@ -303,7 +303,7 @@ def replay_engine(
                     flight.load_s = cost.exposed_load(moved, alone)
             flight.record_due(cache)
             running.append(flight)
-            _account(cache, rec, lease)
+            account_prefill(cache, rec, lease)
         if not running:
             if not waiting:
                 continue
@@ -366,5 +366,5 @@ def replay_engine(
             running.remove(flight)
             if tick is not None:
                 tick()
-        _sample(cache, rec, now, steps % 64 == 0 or bool(finished))
-    return _result(cache, rec, "engine", time.perf_counter() - start, knobs or {})
+        sample_usage(cache, rec, now, steps % 64 == 0 or bool(finished))
+    return policy_result(cache, rec, "engine", time.perf_counter() - start, knobs or {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
+from hycache.errors import ConfigError
 from hycache.sim.metrics import PolicyResult
 
 COLORS = {"vllm": "#d62728", "sglang": "#1f77b4", "marconi": "#2ca02c", "hycache": "#9467bd"}
@@ -44,10 +45,56 @@ def table(results: Mapping[str, PolicyResult]) -> str:
                 f"{r.wall_s:.1f}",
             )
         )
-    return _aligned(rows)
+    return _render(rows)
 
 
-def _aligned(rows: Sequence[tuple[str, ...]]) -> str:
+def disagg_table(results: Mapping[str, PolicyResult]) -> str:
+    """The ``disagg`` mode's table: prefill hit rate, decode hit tokens, prefill -> decode
+    bytes (total and per request), prefills skipped, TTFT (transfer included), peaks and
+    overrun of both instances."""
+    rows = [
+        (
+            "policy",
+            "P_token_hit",
+            "D_hit_tokens",
+            "moved_GB",
+            "moved_MB/req",
+            "P_skipped",
+            "ttft_p50",
+            "ttft_p95",
+            "xfer_p95",
+            "P_peak_GB",
+            "D_peak_GB",
+            "overrun",
+            "wall_s",
+        )
+    ]
+    for name, r in results.items():
+        d = r.disagg
+        if d is None:
+            raise ConfigError(f"{name}: not a disagg replay")
+        rows.append(
+            (
+                name,
+                f"{r.token_hit_rate:.4f}",
+                f"{d.decode_hit_tokens}",
+                f"{d.bytes_moved / 1e9:.2f}",
+                f"{d.bytes_moved_mean / 1e6:.1f}",
+                f"{d.prefill_skipped}",
+                f"{r.ttft_p50_s:.3f}s",
+                f"{r.ttft_p95_s:.3f}s",
+                f"{d.transfer_p95_s * 1e3:.2f}ms",
+                f"{r.peak_bytes / 1e9:.2f}",
+                f"{d.decode_peak_bytes / 1e9:.2f}",
+                f"{r.capacity_overrun_bytes + d.decode_overrun_bytes}",
+                f"{r.wall_s:.1f}",
+            )
+        )
+    return _render(rows)
+
+
+def _render(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as aligned columns, the first left-aligned, a rule under the header."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
@@ -86,7 +133,7 @@ def tier_table(results: Mapping[str, PolicyResult]) -> str | None:
         row += [f"{(peak.get(t) or 0) / 1e9:.2f}" for t in lower]
         row.append(str(sum(v or 0 for v in over.values())))
         rows.append(tuple(row))
-    return _aligned(rows)
+    return _render(rows)
 
 
 def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
