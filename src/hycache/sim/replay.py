@@ -15,7 +15,9 @@ request's prefill ends its prompt and prefill states join the cache (``publish``
 flight hold their locks and memory; a request that does not fit waits; one no cache of this
 size could hold runs alone and uncached once the batch has drained. A step lasts
 ``CostModel.step_time``; while only decodes run, steps are advanced in bulk up to the next
-event (an arrival, a finish or a planned checkpoint).
+event (an arrival, a finish or a planned checkpoint). With tiers below the device, a
+request's loads add to its TTFT what its prefill does not hide (``CostModel.exposed_load``,
+``hycache.sim.prefetch``), after the loads admitted before it: the load link is one resource.
 
 Both modes end a session once it has been idle (nothing waiting or running, its last request
 finished) for more than ``session_idle_s`` seconds of trace time (``hycache.sim.sessions``;
@@ -250,6 +252,7 @@ def replay_engine(
     waiting: deque[Request] = deque()
     running: list[_Flight] = []
     now = 0.0
+    link_free = 0.0  # when the link loading tiers' data into the device is idle again
     steps = 0
     while pending is not None or waiting or running:
         while pending is not None and pending.arrival_s <= now:
@@ -296,11 +299,14 @@ def replay_engine(
             )
             if lease.loaded_bytes_by_tier:
                 alone = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
+                moved = cost.load_time(lease.loaded_bytes_by_tier)
+                # the load link is one resource: a load queues behind the ones before it
+                queued = max(0.0, link_free - now)
+                link_free = max(now, link_free) + moved
                 if prefetch is not None:
-                    flight.load_s = prefetch.ttft_s(cost, lease, alone, waited)
+                    flight.load_s = queued + prefetch.ttft_s(cost, lease, alone, waited)
                 else:
-                    moved = cost.load_time(lease.loaded_bytes_by_tier)
-                    flight.load_s = cost.exposed_load(moved, alone)
+                    flight.load_s = queued + cost.exposed_load(moved, alone)
             flight.record_due(cache)
             running.append(flight)
             account_prefill(cache, rec, lease)
