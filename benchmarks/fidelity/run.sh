@@ -8,7 +8,7 @@
 #
 #   benchmarks/fidelity/run.sh [PROJECT_PYTHON]
 #
-# Environment: REQUESTS (2000), BUDGETS in vLLM blocks of 14,155,776 B (4000,12000,40000),
+# Environment: REQUESTS (2000), BUDGETS in vLLM blocks of 14,155,776 B (4000,12000,40000; empty: none),
 # CONCURRENT_BUDGETS (12000; empty: none), STEP_S (0.05 s per concurrent step),
 # MODELS (qwen3_next,nemotron_h), TRACE (data/traces/mooncake_conversation.jsonl.gz),
 # REUSE=1 to keep engine results already written. Results: benchmarks/fidelity/.engines/work/.
@@ -17,7 +17,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 PROJECT_PY="${1:-${PROJECT_PY:-$ROOT/.venv/bin/python}}"
 REQUESTS="${REQUESTS:-2000}"
-BUDGETS="${BUDGETS:-4000,12000,40000}"
+BUDGETS="${BUDGETS-4000,12000,40000}"
 CONCURRENT_BUDGETS="${CONCURRENT_BUDGETS-12000}"
 STEP_S="${STEP_S:-0.05}"
 MODELS="${MODELS:-qwen3_next,nemotron_h}"
