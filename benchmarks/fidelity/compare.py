@@ -147,9 +147,13 @@ class ProtocolReplay:
         states its plan takes in it) and return where it ends (== position: nothing ran)."""
         cache, lease, pos = self.cache, flight.lease, flight.position
         n = lease.prompt_len
-        plan = cache.checkpoint_policy.plan(
-            PlanInput(n, pos, lease.kv_hit, cache.page_size, budget, 0, {}, cache.kernel_chunk)
-        )
+        planner = cache.checkpoint_policy
+        kernel = cache.kernel_chunk
+        if self.engine == "vllm" and getattr(planner, "internal_checkpoints", False):
+            # vLLM's layers export a prefill checkpoint inside a chunk on their own alignment
+            # (Mamba2: anywhere) without ending the chunk there
+            kernel = int(getattr(planner, "checkpoint_alignment", 1))
+        plan = planner.plan(PlanInput(n, pos, lease.kv_hit, cache.page_size, budget, 0, {}, kernel))
         end = plan.chunk_ends[0]
         if self.engine == "vllm" and end < n:
             grid = int(getattr(cache.checkpoint_policy, "scheduler_grid", 1))
