@@ -25,7 +25,7 @@ DEFAULT_STATE_SHARE = 0.2
 
 #: the smallest host page in tokens (rounded up to a multiple of the device page): SGLang
 #: HiCache's storage backends and vLLM's offloading connector move KV in pages of this order
-#: (one transfer per page); docs/benchmarks.md has the ablation over 16/64/256
+#: (one transfer per page); docs/benchmarks.md has the ablation over 16/64/256 tokens
 DEFAULT_PAGE_TOKENS = 64
 
 STORAGE_KINDS = ("disk", "remote")
