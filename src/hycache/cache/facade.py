@@ -8,6 +8,8 @@ Lifecycle of a request::
     for end in lease.plan.chunk_ends:                 # prefill chunk by chunk; at each planned
         cache.record_checkpoint(lease, position)      # checkpoint copy the state BEFORE the
                                                       # next chunk overwrites it
+    cache.window_loaded_from(lease, position)         # optional: the prefix past the hit came
+                                                      # from elsewhere, SWA KV only its window
     cache.publish(lease)                              # optional: the prompt joins the cache
     cache.extend(lease, decoded_tokens)               # decode (decode-interval checkpoints)
     cache.finish(lease)   or   cache.abort(lease)     # insert KV + admitted states, unlock
@@ -257,6 +259,22 @@ class HybridPrefixCache:
                 f"request {lease.request_id}: more than max_new_tokens={lease.max_new_tokens}"
             )
         lease.fed += key
+
+    def window_loaded_from(self, lease: Lease, position: int) -> None:
+        """The engine resumes the prompt past ``lease.hit`` with KV loaded from storage of its
+        own and holds the sliding-window KV only from ``position`` on (the window before where
+        it resumes): ``publish`` and ``finish`` keep no sliding-window KV below it, which
+        leaves it absent there instead of filing pages nobody writes. Call it before
+        ``publish``."""
+        lease = self.in_flight.require(lease)
+        position = validate.whole("position", position, minimum=0)
+        if lease.published_upto:
+            raise CacheUsageError(f"request {lease.request_id}: already published")
+        if not lease.hit <= position <= lease.prompt_len:
+            raise CacheUsageError(
+                f"window start {position} outside [{lease.hit}, {lease.prompt_len}]"
+            )
+        lease.window_from = position
 
     def publish(self, lease: Lease) -> PublishResult:
         """The request's prefill is done: make its prompt KV (whole pages) and the states it

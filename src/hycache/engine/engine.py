@@ -24,7 +24,10 @@ Per request (see ``hycache.cache.facade`` for the lease lifecycle):
 Tiers (``tiers``, ``hycache.engine.tiers``): after the device admission the engine asks the
 tiers how far they extend the hit (``plan_extension``), loads that prefix's KV and state into
 the model's cache and prefills from there; the pages it then scatters and the exact states it
-copies are written through to every tier.
+copies are written through to every tier. Of the sliding-window KV the extension loads only
+the window before its end, so the engine tells the cache where the request's SWA KV starts
+(``window_loaded_from``): the cache keeps none below it rather than filing pages for positions
+the request never held.
 
 Requests are interleaved (``max_running``) by a ``Scheduler`` (``hycache.engine.scheduler``):
 each step advances one request by one chunk or one decode token, so several leases are in
@@ -257,6 +260,10 @@ class Engine:
         dc = self.model.new_cache()
         extension = self._extend(lease, ns, result)
         kv_start = self.transfer.restore(lease, dc, tags, result.violations, extension)
+        if extension is not None and kv_start.get("swa", 0) > lease.hit:
+            # the window before the extension's end is all the SWA KV this request holds
+            # beyond the device's hit: the cache must not file pages for the rest
+            self.cache.window_loaded_from(lease, kv_start["swa"])
         start = lease.hit if extension is None else extension.end
         planned = {cp.position: cp.reason for cp in lease.plan.checkpoints}
         ends = {e for e in lease.plan.chunk_ends if e > start} | {n}

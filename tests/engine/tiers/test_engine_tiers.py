@@ -53,3 +53,23 @@ def test_a_second_instance_reuses_what_the_first_wrote(
     second = chain_for(model, tmp_path, redis_url=server.url, writer="b")
     outcome = run_chat(model, second, requests=8)
     assert outcome.wrong == 0 and second.foreign_tokens > 0
+
+
+def test_a_second_instance_on_a_sliding_window_model(
+    models: Callable[[str], LoadedModel],
+    tmp_path: Path,
+    redis_server: Callable[..., RedisServer],
+) -> None:
+    """An extension from the tiers loads only the sliding window before its end (the second
+    instance extends its very first requests from Redis): the device must not keep
+    sliding-window pages for the positions between its hit and that window (nobody writes
+    them), or a later device hit inside them (the shared system prompt, a retried turn)
+    reads another prefix's KV."""
+    server = redis_server()
+    model = models("gemma3")
+    for writer in ("a", "b"):
+        chain = chain_for(model, tmp_path, redis_url=server.url, writer=writer)
+        outcome = run_chat(model, chain, requests=30)
+        violations = [v for r in outcome.results for v in r.violations]
+        assert outcome.wrong == 0 and not violations, (writer, violations)
+    assert chain.foreign_tokens > 0 and outcome.tier_tokens > 0
