@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[sim]'
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,engine,serve]'
+	$(BIN)/pip install -q -e '.[dev,engine,serve,sim]'
 	touch $@ $(STAMP_RUN)
 
 run: $(STAMP_RUN)

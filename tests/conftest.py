@@ -37,3 +37,9 @@ def models(model_dirs: Callable[[str], Path]) -> Callable[[str], LoadedModel]:
         return loaded[arch]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def _trace_cache_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsed traces go to a per-test directory, never to the user's cache."""
+    monkeypatch.setenv("HYCACHE_CACHE_DIR", str(tmp_path / "trace-cache"))

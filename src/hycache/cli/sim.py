@@ -35,7 +35,6 @@ from hycache.sim.metrics import PolicyResult
 from hycache.sim.report import rejected_notes, render_html, table
 from hycache.sim.request import Request
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, simulate
-from hycache.sim.trace import count_requests, read_trace
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
 from hycache.sim.workloads import WORKLOADS, generate
@@ -62,6 +61,12 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace: replay only the first N (default all)",
     )
     parser.add_argument("--seed", type=int, help="--workload only: generator seed (default 0)")
+    parser.add_argument(
+        "--trace-cache",
+        default=None,
+        help="--trace only: keep parsed traces in this directory, keyed by the file's content "
+        "(default $HYCACHE_CACHE_DIR or ~/.cache/hycache/traces; 'none': parse every run)",
+    )
     parser.add_argument(
         "--model", required=True, help="named spec (e.g. qwen3-next-80b-a3b) or a config.json"
     )
@@ -149,11 +154,15 @@ def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
         path = str(args.trace)
         if not Path(path).is_file():
             raise InputError(path, "no such trace file")
-        total = count_requests(path)
-        limit: int | None = args.requests
-        if limit is not None:
-            total = min(total, limit)
-        return (lambda: read_trace(path, limit=limit)), total, Path(path).name
+        from hycache.sim.trace_cache import default_cache_dir, load_trace  # needs numpy
+
+        cache: str | Path | None = args.trace_cache or default_cache_dir()
+        if str(cache).strip().lower() == "none":
+            cache = None
+        parsed = load_trace(path, limit=args.requests, cache_dir=cache)
+        return parsed, len(parsed), Path(path).name
+    if args.trace_cache is not None:
+        raise ConfigError("--trace-cache applies to --trace only")
     name = args.workload
     n = DEFAULT_REQUESTS if args.requests is None else args.requests
     seed = 0 if args.seed is None else args.seed
