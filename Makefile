@@ -16,7 +16,7 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,engine,serve,sim]'
+	$(BIN)/pip install -q -e '.[dev,engine,serve,sim,ray]'
 	touch $@ $(STAMP_RUN)
 
 run: $(STAMP_RUN)

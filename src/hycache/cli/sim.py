@@ -29,12 +29,13 @@ from hycache.cli.numbers import non_negative_float, positive_int
 from hycache.cli.output import check_distinct, output_arg, write_atomically
 from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
+from hycache.sim.cells import Cell, Parallel, run_cells
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.report import rejected_notes, render_html, table
 from hycache.sim.request import Request
-from hycache.sim.simulate import SimulationConfig, footprint_bytes, simulate
+from hycache.sim.simulate import SimulationConfig, footprint_bytes
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
 from hycache.sim.workloads import WORKLOADS, generate
@@ -91,6 +92,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
     parser.add_argument("--report", type=output_arg, help="write a self-contained HTML report")
     parser.add_argument("--progress", action="store_true", help="force progress bars")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the replays (one per preset and capacity) as Ray tasks on a local Ray, one "
+        "per core; the results are the serial run's (needs the 'ray' extra)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="run the replays as Ray tasks on this existing Ray cluster (implies --parallel)",
+    )
     parser.add_argument(
         "--host-capacity",
         type=size_arg,
@@ -277,6 +289,20 @@ def _tier_line(tiers: TierConfig) -> str:
     return line
 
 
+def _sweep(
+    args: argparse.Namespace,
+    config: SimulationConfig,
+    source: Source,
+    capacities: Sequence[int],
+    total: int,
+) -> dict[int, dict[str, PolicyResult]]:
+    """Every preset at every capacity, serial or on Ray (``--parallel``, ``--ray-address``)."""
+    parallel = Parallel(args.ray_address) if args.parallel or args.ray_address else None
+    cells = [Cell(c, p) for c in capacities for p in args.policy]
+    results = run_cells(config, source, cells, total=total, parallel=parallel)
+    return {c: {p: results[Cell(c, p)] for p in args.policy} for c in capacities}
+
+
 def _print_results(results: dict[str, PolicyResult]) -> None:
     print(table(results))
     for note in rejected_notes(results):
@@ -290,7 +316,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     footprint = footprint_bytes(config, source) if _relative(args) else None
     [capacity] = _capacities(config, source, [size], footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
-    results = simulate(config, source, capacity.nbytes, args.policy, total=total)
+    results = _sweep(args, config, source, [capacity.nbytes], total)[capacity.nbytes]
     shown = format_bytes(capacity.nbytes)
     if footprint is not None:
         shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
@@ -309,11 +335,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     capacities = _capacities(config, source, args.capacities, footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
     notes = [f"unlimited footprint (all KV + branch and end states): {footprint / 1e9:.2f} GB"]
-    by_capacity: dict[int, dict[str, PolicyResult]] = {}
     print(f"{label}, {args.model}, {args.mode} mode; {notes[0]}")
+    by_capacity = _sweep(args, config, source, [c.nbytes for c in capacities], total)
     for capacity in capacities:
-        results = simulate(config, source, capacity.nbytes, args.policy, total=total)
-        by_capacity[capacity.nbytes] = results
+        results = by_capacity[capacity.nbytes]
         share = capacity.nbytes / footprint if footprint else 0.0
         print(f"\ncapacity {capacity.nbytes / 1e9:.2f} GB ({share:.0%} of footprint)")
         _print_results(results)
