@@ -284,7 +284,7 @@ class Engine:
                             stale.append(ref.page)
                     self.faults.pages_corrupted(kind, stale)
             elif published.cached_tokens:
-                self.transfer.scatter(lease.key, ns, dc, kv_start, pos, published.pages)
+                self.transfer.scatter(bytes(lease.key), ns, dc, kv_start, pos, published.pages)
         if self.prefill_sink is not None:
             self.prefill_sink.send(lease, dc)
         result.logits.append(logits)
@@ -325,7 +325,7 @@ class Engine:
             fed = output  # the bug: the last token's KV was never computed
         if fed:
             self.cache.extend(lease, fed)
-        full_key = lease.full_key
+        full_key = bytes(lease.full_key)  # the engine's keys are encoded ids
         tags = PrefixTags(ns, full_key)
         checkpoints.flush(lease, dc, tags, deferred, pos, result, after_forward=False, force=True)
         final = lease.final_state_slot

@@ -3,11 +3,16 @@
 :class:`ParsedTrace` holds every request of a trace in a few numpy arrays: arrivals, and for
 each request's prompt and output a span of one of two pools, explicit token ids (int64) or
 runs of consecutive ids (first id, count; a Mooncake prompt is one run per stretch of
-consecutive hash ids, a synthetic output one run). Calling it yields the requests again,
-expanded one at a time to exactly the keys :func:`hycache.sim.trace.read_trace` yields, so a
-trace is parsed and validated once per process (or loaded from the on-disk cache,
-:mod:`hycache.sim.trace_cache`) and shared by every policy, bootstrap replay and capacity.
-The conversation trace (145M prompt tokens) takes under 1 MB this way.
+consecutive hash ids, a synthetic output one run). Calling it yields the requests again, one
+at a time, so a trace is parsed and validated once per process (or loaded from the on-disk
+cache, :mod:`hycache.sim.trace_cache`) and shared by every policy, bootstrap replay and
+capacity.
+The conversation trace (145M prompt tokens) takes under 2 MB this way.
+
+Scale with blocks: runs are yielded as :class:`~hycache.tree.runkey.RunKey` keys, which the
+cache slices, compares and stores run by run (a Mooncake block is one run or part of one, not
+512 ids), and which it treats exactly as the expanded ids that
+:func:`hycache.sim.trace.read_trace` yields (``with_run_keys(False)`` yields those).
 
 Needs numpy (the ``sim`` extra).
 """
@@ -23,6 +28,7 @@ import numpy as np
 from hycache.errors import IntegrityError
 from hycache.sim.request import Request
 from hycache.sim.trace_lines import Line, Part, Runs, expand
+from hycache.tree.keys import TokenKey
 
 #: Pools a span may point into.
 TOKENS, RUNS = 0, 1
@@ -81,12 +87,14 @@ class _Builder:
 
 class ParsedTrace:
     """Every request of a trace in compact arrays; ``trace()`` (a re-iterable source) yields
-    them in file order, ``trace.head(n)`` the first ``n``. Picklable."""
+    them in file order, ``trace.head(n)`` the first ``n``. Picklable. ``run_keys``: runs of
+    ids are yielded as run keys (default), else expanded to encoded keys (the same ids)."""
 
     def __init__(
         self,
         *,
         arrival: Array,
+        run_keys: bool = True,
         spans: Array,
         tokens: Array,
         run_first: Array,
@@ -98,6 +106,7 @@ class ParsedTrace:
         n = len(arrival)
         if not (spans.shape == (n, 6) and len(ids) == len(sessions) == len(namespaces) == n):
             raise IntegrityError("parsed trace arrays of different lengths")
+        self.run_keys = run_keys
         self.arrival = arrival
         self.spans = spans
         self.tokens = tokens
@@ -113,6 +122,13 @@ class ParsedTrace:
         for line in lines:
             builder.add(line)
         return builder.build()
+
+    def with_run_keys(self, run_keys: bool) -> ParsedTrace:
+        """The same trace, yielding run keys or encoded keys (see the class docstring)."""
+        copy = ParsedTrace.__new__(ParsedTrace)
+        copy.__dict__.update(self.__dict__)
+        copy.run_keys = run_keys
+        return copy
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -135,10 +151,10 @@ class ParsedTrace:
                 self.namespaces[index],
             )
 
-    def _expand(self, kind: int, lo: int, hi: int) -> bytes:
+    def _expand(self, kind: int, lo: int, hi: int) -> TokenKey:
         if kind == TOKENS:
             return self.tokens[lo:hi].tobytes()
-        return expand(self.runs(lo, hi))
+        return expand(self.runs(lo, hi), runs=self.run_keys)
 
     def runs(self, lo: int, hi: int) -> Runs:
         """Runs ``lo .. hi-1`` of the run pool."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hycache.tree.keys import TOKEN_BYTES, encode_tokens
+from hycache.tree.keys import TOKEN_BYTES, TokenKey, encode_tokens
 
 
 @dataclass(frozen=True)
@@ -13,15 +13,16 @@ class Request:
     """A prompt and what the model answers.
 
     ``prompt``: the prompt's token ids as an encoded key (int64 bytes, see
-    :mod:`hycache.tree.keys`). ``output``: the answer's token ids, same encoding (a trace that
-    only gives a length gets deterministic ids unique to the request). ``arrival_s``: seconds
+    :mod:`hycache.tree.keys`; a parsed block-hashed trace gives a run key of the same ids).
+    ``output``: the answer's token ids, same encoding (a trace that only gives a length gets
+    deterministic ids unique to the request). ``arrival_s``: seconds
     since the start of the trace. ``session``: conversation/agent id (None: one-off).
     """
 
     request_id: str
     arrival_s: float
-    prompt: bytes
-    output: bytes
+    prompt: TokenKey
+    output: TokenKey
     session: str | None = None
     namespace: str | None = None
 

@@ -9,15 +9,14 @@ key, block-hashed prompts and synthetic outputs as runs of consecutive ids (``Ru
 from __future__ import annotations
 
 import math
-import sys
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hycache.errors import IntegrityError
 from hycache.sim.request import Request
-from hycache.tree.keys import encode_tokens
+from hycache.tree.keys import TokenKey, encode_tokens
+from hycache.tree.runkey import RunKey, ramp
 
 #: Tokens per Mooncake hash id.
 MOONCAKE_BLOCK_SIZE = 512
@@ -66,24 +65,28 @@ class Line:
     session: str | None = None
     namespace: str | None = None
 
-    def request(self) -> Request:
+    def request(self, *, runs: bool = False) -> Request:
+        """The request; ``runs``: runs of ids as run keys, else expanded to encoded keys."""
         return Request(
             self.request_id,
             self.arrival_s,
-            expand(self.prompt),
-            expand(self.output),
+            expand(self.prompt, runs=runs),
+            expand(self.output, runs=runs),
             self.session,
             self.namespace,
         )
 
 
-def expand(part: Part) -> bytes:
-    """The encoded key of ``part`` (an encoded key is returned as it is)."""
+def expand(part: Part, *, runs: bool = False) -> TokenKey:
+    """The key of ``part``: an encoded key as it is; runs as a run key (``runs``) or expanded to
+    the encoded key of their ids (the same ids: a cache treats both alike)."""
     if isinstance(part, bytes):
         return part
+    if runs:
+        return RunKey.of_runs(part)
     if len(part) == 1:
-        return _ramp(*part[0])
-    return b"".join(_ramp(start, count) for start, count in part)
+        return ramp(*part[0])
+    return b"".join(ramp(start, count) for start, count in part)
 
 
 class LineError(Exception):
@@ -159,37 +162,6 @@ def _int_list(obj: Obj, key: str, *, allow_empty: bool, bound: int = MAX_TOKEN_I
         index = value.index(low if low < 0 else high)
         raise LineError(f"{key}[{index}] = {value[index]} is outside [0, {bound})")
     return value
-
-
-_WINDOW = 1 << 16
-_LITTLE = sys.byteorder == "little"
-_RAMP: list[memoryview] = []
-
-
-def _ramp(start: int, length: int) -> bytes:
-    """The encoded ids ``start .. start+length-1`` (``0 <= start``, end ``< 2**63``).
-
-    Much faster than ``array('q', range(...))`` for long runs: the low 16 bits of each id are
-    copied from one precomputed ramp, the high bytes are set with one strided store per byte.
-    """
-    if length <= 64:
-        return array("q", range(start, start + length)).tobytes()
-    if not _RAMP:
-        _RAMP.append(memoryview(array("q", range(_WINDOW)).tobytes()))
-    ramp = _RAMP[0]
-    parts: list[bytearray] = []
-    pos, end = start, start + length
-    while pos < end:
-        high, low = divmod(pos, _WINDOW)
-        count = min(end - pos, _WINDOW - low)
-        chunk = bytearray(ramp[low * 8 : (low + count) * 8])
-        if high:
-            for index, value in enumerate((high << 16).to_bytes(8, "little")):
-                if value:
-                    chunk[(index if _LITTLE else 7 - index) :: 8] = bytes((value,)) * count
-        parts.append(chunk)
-        pos += count
-    return b"".join(parts)
 
 
 def _block_runs(hashes: list[int], block_size: int, length: int, key: str) -> Runs:
