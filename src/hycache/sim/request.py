@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from hycache.tree.keys import TOKEN_BYTES, TokenKey, encode_tokens
 
@@ -42,10 +43,10 @@ class Request:
             request_id, arrival_s, encode_tokens(prompt), encode_tokens(output), session, namespace
         )
 
-    @property
+    @cached_property
     def prompt_len(self) -> int:
         return len(self.prompt) // TOKEN_BYTES
 
-    @property
+    @cached_property
     def output_len(self) -> int:
         return len(self.output) // TOKEN_BYTES
