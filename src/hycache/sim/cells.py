@@ -6,8 +6,10 @@ cells are independent and their results do not depend on where or in which order
 them here one after the other or as Ray tasks. With Ray the source and the config are put in
 the object store once (a parsed trace is a few arrays) and every task replays from them;
 ``address=None`` starts a local Ray (``ray.init()``, one task per core), an address joins an
-existing cluster. Progress: one bar per replay when serial (``hycache.sim.progress``), one bar
-over the cells on Ray (tqdm). Ray and tqdm come with the ``ray`` extra.
+existing cluster, whose workers must import the same hycache (installed there, or on their
+``PYTHONPATH`` when the cluster was started). Progress: one bar per replay when serial
+(``hycache.sim.progress``), one bar over the cells on Ray (tqdm). Ray and tqdm come with the
+``ray`` extra.
 """
 
 from __future__ import annotations
