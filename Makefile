@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck pytest clean fidelity
+.PHONY: run test lint typecheck pytest clean fidelity redis-server
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,8 +16,14 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,engine,serve,sim,ray]'
+	$(BIN)/pip install -q -e '.[dev,engine,serve,redis,sim,ray]'
 	touch $@ $(STAMP_RUN)
+
+# The tier tests start their own redis-server (Debian's package) on a free loopback port.
+redis-server:
+	@command -v redis-server >/dev/null || { \
+		echo "redis-server is missing: installing Debian's package (apt-get install -y redis-server)"; \
+		apt-get install -y redis-server || { apt-get update && apt-get install -y redis-server; }; }
 
 run: $(STAMP_RUN)
 	$(BIN)/hycache conformance
@@ -31,7 +37,7 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
-pytest: $(STAMP_DEV)
+pytest: $(STAMP_DEV) redis-server
 	$(BIN)/pytest
 
 test: lint typecheck pytest

@@ -1,8 +1,11 @@
-"""Shared fixtures of the engine tests: tiny checkpoints written once per session."""
+"""Shared fixtures: tiny checkpoints written once per session; ``redis_server``, a real
+``redis-server`` per test on a free loopback port (skipped, with the reason, where
+``redis-server`` or redis-py is missing; ``make test`` installs both)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import torch
 
 from hycache.engine.archs import init_model
 from hycache.engine.model import LoadedModel, load_model
+from tests.redis_server import RedisServer
 
 # tiny models: one thread is faster than two fighting over two cores
 torch.set_num_threads(1)
@@ -37,6 +41,26 @@ def models(model_dirs: Callable[[str], Path]) -> Callable[[str], LoadedModel]:
         return loaded[arch]
 
     return get
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """A factory: ``redis_server(maxmemory=None)`` starts a server; all are stopped after."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make test installs Debian's redis-server)")
+    pytest.importorskip("redis", reason="redis-py is not installed (pip install 'hycache[redis]')")
+    started: list[RedisServer] = []
+
+    def start(maxmemory: str | None = None) -> RedisServer:
+        directory = tmp_path / f"redis-{len(started)}"
+        directory.mkdir()
+        server = RedisServer(directory, maxmemory)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The fidelity check: install vLLM 0.33.0 and SGLang 0.5.23 (CPU only, own virtual
 # environments under benchmarks/fidelity/.engines/), replay the first N requests of a trace
-# through their real cache code, one request at a time, prompts only, and compare every
-# request's hit with the hycache presets replayed the same way at the same byte budgets.
+# through their real cache code, prompts only, one request at a time (serial) and by the
+# concurrent protocol (arrival times, fixed step time: docs/benchmarks.md "Fidelity"), and
+# compare every request's hit with the hycache presets replayed the same way at the same
+# byte budgets.
 #
 #   benchmarks/fidelity/run.sh [PROJECT_PYTHON]
 #
-# Environment: REQUESTS (2000), BUDGETS in vLLM blocks of 14,155,776 B (4000,12000,40000),
+# Environment: REQUESTS (2000), BUDGETS in vLLM blocks of 14,155,776 B (4000,12000,40000; empty: none),
+# CONCURRENT_BUDGETS (12000; empty: none), STEP_S (0.05 s per concurrent step),
 # MODELS (qwen3_next,nemotron_h), TRACE (data/traces/mooncake_conversation.jsonl.gz),
 # REUSE=1 to keep engine results already written. Results: benchmarks/fidelity/.engines/work/.
 set -euo pipefail
@@ -14,7 +17,9 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 PROJECT_PY="${1:-${PROJECT_PY:-$ROOT/.venv/bin/python}}"
 REQUESTS="${REQUESTS:-2000}"
-BUDGETS="${BUDGETS:-4000,12000,40000}"
+BUDGETS="${BUDGETS-4000,12000,40000}"
+CONCURRENT_BUDGETS="${CONCURRENT_BUDGETS-12000}"
+STEP_S="${STEP_S:-0.05}"
 MODELS="${MODELS:-qwen3_next,nemotron_h}"
 TRACE="${TRACE:-$ROOT/data/traces/mooncake_conversation.jsonl.gz}"
 BLOCK_BYTES=14155776
@@ -60,8 +65,19 @@ for model in ${MODELS//,/ }; do
             cells+=("$out")
         done
     done
+    for blocks in ${CONCURRENT_BUDGETS//,/ }; do
+        bytes=$((blocks * BLOCK_BYTES))
+        out="$WORK/$model/vllm-$blocks-retention_0-concurrent.jsonl"
+        run_cell "$out" vllm --model-config "$config" --budget-bytes "$bytes" --retention 0 \
+            --mode concurrent --step-s "$STEP_S"
+        cells+=("$out")
+        out="$WORK/$model/sglang-$blocks-extra_buffer-concurrent.jsonl"
+        run_cell "$out" sglang --model-config "$config" --budget-bytes "$bytes" \
+            --strategy extra_buffer --mode concurrent --step-s "$STEP_S" --max-running 256
+        cells+=("$out")
+    done
     echo
-    echo "$model, first $REQUESTS requests of $(basename "$TRACE"), serial, prompts only"
+    echo "$model, first $REQUESTS requests of $(basename "$TRACE"), prompts only"
     PYTHONPATH="$ROOT/src" "$PROJECT_PY" "$HERE/compare.py" "${cells[@]}" \
         --trace "$TRACE" --model "$config" --diffs 3 --markdown --json "$WORK/$model/compare.json" \
         --disagreements "$WORK/disagreements.md" ||

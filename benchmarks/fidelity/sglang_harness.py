@@ -184,6 +184,10 @@ class Engine:
         self.waiting: list = []
         self.hits: dict[str, int] = {}
         self.done: set[str] = set()
+        self.steps = 0
+        self.first_step: dict[str, int] = {}
+        self.chunks: dict[str, list[int]] = {}
+        self.last_step: dict[str, int] = {}
         self.chunked_prefill_size = schedule.chunked_prefill_size
         self.max_prefill_tokens = schedule.max_prefill_tokens
         self.max_reqs = max_reqs
@@ -204,6 +208,9 @@ class Engine:
             vocab_size=self.model_config.vocab_size,
         )
         self.waiting.append(r)
+
+    def busy(self) -> bool:
+        return bool(self.waiting) or self.chunked_req is not None
 
     def step(self) -> bool:
         """One scheduling step with a prefill batch; False when nothing ran."""
@@ -274,7 +281,11 @@ class Engine:
         )
         for req in can_run:
             self.hits.setdefault(req.rid, req.prefix_len)
+            self.first_step.setdefault(req.rid, self.steps)
+        self.steps += 1
         batch.prepare_for_extend()
+        for req in batch.reqs:
+            self.chunks.setdefault(req.rid, []).append(req.extend_len)
         # process_batch_result_prefill with one dummy token per finished prefill.
         for req in batch.reqs:
             if req.inflight_middle_chunks <= 0:
@@ -283,6 +294,7 @@ class Engine:
                 if req.finished():
                     release_kv_cache(req, self.tree_cache, checkpoint=True)
                     self.done.add(req.rid)
+                    self.last_step[req.rid] = self.steps - 1
                 else:
                     checkpoint_kv_cache(req, self.tree_cache)
             else:
@@ -290,6 +302,42 @@ class Engine:
         if self.chunked_req is not None and self.chunked_req.inflight_middle_chunks <= 0:
             pass
         return True
+
+
+def run_serial(engine: Engine, requests: list[dict], progress) -> None:
+    for i, req in enumerate(requests):
+        engine.add(req)
+        guard = 0
+        while str(req["id"]) not in engine.done:
+            if not engine.step():
+                raise SystemExit(f"request {req['id']} stalled")
+            guard += 1
+            if guard > 10_000:
+                raise SystemExit(f"request {req['id']} never finished")
+        progress(i)
+
+
+def run_concurrent(engine: Engine, requests: list[dict], step_s: float, progress) -> None:
+    """The fidelity protocol (docs/benchmarks.md "Fidelity"): requests join the waiting queue
+    (FCFS) at their trace times; every step lasts ``step_s`` seconds, whatever it runs; a
+    prompt-only request finishes, and its prompt joins the tree, at the end of the step that
+    completes its prefill; the next step is scheduled after that (no overlap lag)."""
+    now = 0.0
+    pending = sorted(requests, key=lambda r: r["arrival_s"])
+    j = 0
+    while j < len(pending) or engine.busy():
+        while j < len(pending) and pending[j]["arrival_s"] <= now:
+            engine.add(pending[j])
+            j += 1
+        if not engine.busy():
+            now = pending[j]["arrival_s"]
+            continue
+        before = len(engine.done)
+        if not engine.step():
+            raise SystemExit(f"nothing could run at {now:.2f}s with nothing in flight")
+        now += step_s
+        if len(engine.done) > before:
+            progress(len(engine.done) - 1)
 
 
 def main() -> int:
@@ -302,7 +350,10 @@ def main() -> int:
     p.add_argument("--ratio", type=float, default=0.9, help="mamba_full_memory_ratio")
     p.add_argument("--chunked-prefill-size", type=int, default=8192)
     p.add_argument("--mamba-chunk", type=int, default=0, help="override mamba_cache_chunk_size")
-    p.add_argument("--max-running", type=int, default=8)
+    p.add_argument("--max-running", type=int, default=8, help="concurrent: use 256")
+    p.add_argument("--mode", choices=("serial", "concurrent"), default="serial")
+    p.add_argument("--debug", action="store_true", help="also write each request's chunks")
+    p.add_argument("--step-s", type=float, default=0.05, help="concurrent: seconds per step")
     p.add_argument("--work", default=os.path.join(os.path.dirname(__file__), ".engines", "work"))
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -322,17 +373,15 @@ def main() -> int:
     )
     engine = Engine(args, server_args, model_config, slots, tokens, args.max_running)
     start = time.time()
-    for i, req in enumerate(requests):
-        engine.add(req)
-        guard = 0
-        while str(req["id"]) not in engine.done:
-            if not engine.step():
-                raise SystemExit(f"request {req['id']} stalled")
-            guard += 1
-            if guard > 10_000:
-                raise SystemExit(f"request {req['id']} never finished")
+
+    def progress(i: int) -> None:
         if (i + 1) % 200 == 0:
             print(f"  {i + 1} requests, {time.time() - start:.0f}s", file=sys.stderr)
+
+    if args.mode == "serial":
+        run_serial(engine, requests, progress)
+    else:
+        run_concurrent(engine, requests, args.step_s, progress)
     total = sum(r["prompt_len"] for r in requests)
     hit = 0
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -340,7 +389,8 @@ def main() -> int:
         meta = {
             "engine": "sglang",
             "strategy": resolved,
-            "mode": "serial",
+            "mode": args.mode,
+            "step_s": args.step_s if args.mode == "concurrent" else None,
             "chunked_prefill_size": args.chunked_prefill_size,
             "budget_bytes": args.budget_bytes,
             "state_slots": slots,
@@ -350,7 +400,13 @@ def main() -> int:
         for r in requests:
             h = engine.hits.get(str(r["id"]), 0)
             hit += h
-            f.write(json.dumps({"id": r["id"], "prompt_len": r["prompt_len"], "hit": h}) + "\n")
+            rid = str(r["id"])
+            row = {"id": r["id"], "prompt_len": r["prompt_len"], "hit": h}
+            if args.mode == "concurrent":
+                row["steps"] = [engine.first_step.get(rid), engine.last_step.get(rid)]
+            if args.debug:
+                row["chunks"] = engine.chunks.get(rid, [])
+            f.write(json.dumps(row) + "\n")
     rate = hit / total
     print(f"sglang: token hit rate {rate:.4f} over {len(requests)} requests", file=sys.stderr)
     return 0

@@ -227,6 +227,8 @@ class Driver:
         self.hits: dict[str, int] = {}
         self.done: set[str] = set()
         self.steps = 0
+        self.first_step: dict[str, int] = {}
+        self.last_step: dict[str, int] = {}
         self.chunks: dict[str, list[int]] = {}
         self.states: dict[str, list[int]] = {}
 
@@ -281,10 +283,12 @@ class Driver:
     def step(self) -> list[tuple[str, int]]:
         """One engine step; the requests that finished in it, with their prefill hit."""
         out = self.scheduler.schedule()
-        self.steps += 1
+        if out.total_num_scheduled_tokens:
+            self.steps += 1
         ids = list(out.num_scheduled_tokens)
         for rid, n in out.num_scheduled_tokens.items():
             self.chunks.setdefault(rid, []).append(n)
+            self.first_step.setdefault(rid, self.steps - 1)
         sampled = []
         for rid in ids:
             request = self.scheduler.requests[rid]
@@ -303,6 +307,7 @@ class Driver:
                 if o.finish_reason is not None:
                     finished.append((o.request_id, self.hits.get(o.request_id, 0)))
                     self.done.add(o.request_id)
+                    self.last_step[o.request_id] = self.steps - 1
         return finished
 
 
@@ -322,7 +327,7 @@ def run_concurrent(driver: Driver, requests: list[dict], step_s: float, progress
     """Requests arrive at their trace times; one engine step lasts ``step_s`` seconds."""
     now = 0.0
     pending = sorted(requests, key=lambda r: r["arrival_s"])
-    j = 0
+    j = idle = 0
     while j < len(pending) or driver.scheduler.has_requests():
         while j < len(pending) and pending[j]["arrival_s"] <= now:
             driver.add(pending[j], pending[j]["arrival_s"])
@@ -331,8 +336,15 @@ def run_concurrent(driver: Driver, requests: list[dict], step_s: float, progress
             now = pending[j]["arrival_s"]
             continue
         before = len(driver.done)
+        steps = driver.steps
         driver.step()
-        now += step_s
+        if driver.steps > steps:
+            now += step_s
+            idle = 0
+        else:  # an empty step (it only flushes finished requests) takes no time
+            idle += 1
+            if idle > 3:
+                raise SystemExit(f"nothing could run at {now:.2f}s")
         if len(driver.done) > before:
             progress(len(driver.done) - 1)
 
@@ -387,6 +399,7 @@ def main() -> int:
             "block": block,
             "num_blocks": sched_config.num_blocks,
             "mode": args.mode,
+            "step_s": args.step_s if args.mode == "concurrent" else None,
             "retention": args.retention,
             "gdn_backend": args.gdn_backend,
             "budget_bytes": args.budget_bytes,
@@ -396,6 +409,9 @@ def main() -> int:
             h = driver.hits.get(str(r["id"]), 0)
             hit += h
             row = {"id": r["id"], "prompt_len": r["prompt_len"], "hit": h}
+            if args.mode == "concurrent":
+                rid = str(r["id"])
+                row["steps"] = [driver.first_step.get(rid), driver.last_step.get(rid)]
             if args.debug:
                 row["chunks"] = driver.chunks.get(str(r["id"]), [])
                 row["states"] = driver.states.get(str(r["id"]), [])

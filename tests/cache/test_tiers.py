@@ -126,3 +126,21 @@ def test_random_workload_keeps_both_budgets(
     hits = cache.tiering.hit_tokens
     assert hits["device"] + hits["host"] == cache.stats().reused_tokens
     assert host.overrun_bytes() == 0
+
+
+def test_write_through_selective_copies_only_what_was_hit() -> None:
+    """SGLang's write_through_selective: nothing reaches the host on a first insert; once a
+    prefix is hit, the next insert copies the path up to it."""
+    cache = build_cache(tiny_spec(), 1 << 30, "marconi", page_size=16)
+    TierConfig(1 << 30, movement="write_through_selective", page_tokens=16).attach(cache)
+    assert cache.tiering is not None
+    host = cache.tiering.tiers[0]
+    prefix = seq(1000, 64)
+    run(cache, prefix)
+    assert host.count("full") == 0
+    run(cache, prefix + seq(3000, 32))  # resumes from the prefix's state: its first hit
+    assert host.count("full") == 64 // 16  # the hit prefix, not the new 32 tokens
+    every = build_cache(tiny_spec(), 1 << 30, "marconi", page_size=16)
+    TierConfig(1 << 30, movement="write_through", page_tokens=16).attach(every)
+    run(every, prefix + seq(2000, 32))
+    assert every.tiering is not None and every.tiering.tiers[0].count("full") == 96 // 16

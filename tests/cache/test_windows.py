@@ -12,7 +12,7 @@ from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease
 from hycache.cache.windows import window_pages
 from hycache.components.swa import SlidingWindowComponent
-from hycache.errors import CapacityError
+from hycache.errors import CacheUsageError, CapacityError
 from hycache.spec.model import FullAttentionGroup, ModelSpec, SlidingWindowGroup
 from hycache.tree.keys import decode_tokens
 from tests.cache.test_facade import Points, direct_cache, every, seq, tiny_spec
@@ -137,6 +137,33 @@ def test_publish_keeps_the_windows_the_prompt_needs() -> None:
     cache.extend(lease, seq(8000, 50))
     cache.finish(lease)
     check(cache)
+
+
+def test_a_window_loaded_from_storage_is_all_an_insert_keeps_past_the_hit() -> None:
+    """The engine loaded ``[0, 288)`` from storage of its own and holds the SWA KV only from
+    the window before 288: publish and finish keep none below it, so a later request sharing
+    a shorter prefix resumes no deeper than the SWA KV that exists (the engine's tiers
+    extend it), and the pool gives the pages back."""
+    cache = direct_cache(full_swa_spec(), planner=Points(), page=PAGE)
+    prompt = seq(0, 300)
+    lease = cache.admit(prompt, max_new_tokens=20)
+    assert isinstance(lease, Lease) and lease.hit == 0
+    with pytest.raises(CacheUsageError):
+        cache.window_loaded_from(lease, 301)
+    cache.window_loaded_from(lease, 224)
+    published = cache.publish(lease)
+    check(cache)
+    assert published.cached_tokens == 288
+    assert min(ref.start for ref in published.pages["swa"]) == 224
+    assert live_swa(cache, prompt) == [(224, 288)]
+    with pytest.raises(CacheUsageError):
+        cache.window_loaded_from(lease, 224)  # after publish: too late
+    cache.extend(lease, seq(8000, 19))
+    cache.finish(lease)
+    check(cache)
+    assert live_swa(cache, prompt) == [(224, 288)]
+    assert cache.lookup([*prompt[:160], 5]) == (0, 160)  # no window before 160: no resume
+    assert cache.lookup([*prompt[:288], 5]) == (288, 288)
 
 
 @pytest.mark.parametrize(("budget", "expected"), [(None, 44), (32, 7), (1000, 44)])

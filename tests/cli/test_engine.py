@@ -89,7 +89,7 @@ def test_verify_input_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--capacity", "lots"], "argument --capacity: size 'lots'"),
+        (["--capacity", "lots"], "argument --capacity/--device-capacity: size 'lots'"),
         (["--capacity", "10%"], "a percentage of the footprint is not available here"),
         (["--capacity", "nan"], "must be a finite number"),
         (["--tolerance", "nan"], "argument --tolerance: must be a finite number"),

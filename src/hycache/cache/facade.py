@@ -8,6 +8,8 @@ Lifecycle of a request::
     for end in lease.plan.chunk_ends:                 # prefill chunk by chunk; at each planned
         cache.record_checkpoint(lease, position)      # checkpoint copy the state BEFORE the
                                                       # next chunk overwrites it
+    cache.window_loaded_from(lease, position)         # optional: the prefix past the hit came
+                                                      # from elsewhere, SWA KV only its window
     cache.publish(lease)                              # optional: the prompt joins the cache
     cache.extend(lease, decoded_tokens)               # decode (decode-interval checkpoints)
     cache.finish(lease)   or   cache.abort(lease)     # insert KV + admitted states, unlock
@@ -160,13 +162,16 @@ class HybridPrefixCache:
         session: str | None = None,
         token_budget: int | None = None,
         kernel_grid: bool = True,
+        slow_tier_tokens: int | None = None,
     ) -> Lease | Wait:
         """Match the prompt (the last token is always recomputed), lock the reused path,
         reserve the working set (KV pages for prompt + ``max_new_tokens`` beyond the hit and
         ``running_slots`` states) and plan the prefill. ``kernel_grid=False``: the caller's
         prefill may stop anywhere at no cost (the serial replay, which inserts at once), so
-        no state needs to sit on the recurrent kernel's grid. On ``Wait`` the only change is a
-        node split."""
+        no state needs to sit on the recurrent kernel's grid. With tiers, at most
+        ``slow_tier_tokens`` tokens of KV (None: any) come from the tiers below the host (what
+        a storage prefetch delivered). On ``Wait`` the only change is a node split (and what
+        tiers loaded back)."""
         key = validate.token_key("tokens", tokens)
         if not key:
             raise ArgumentError("tokens", "a request needs at least one prompt token")
@@ -175,13 +180,14 @@ class HybridPrefixCache:
         sess = validate.optional_text("session", session)
         budget = validate.optional_whole("token_budget", token_budget, minimum=1)
         grid = validate.flag("kernel_grid", kernel_grid)
+        slow = validate.optional_whole("slow_tier_tokens", slow_tier_tokens, minimum=0)
         if budget is None:
             budget = self.config.token_budget
         tiering = self.tiering
         if tiering is None:
             return self.admitter.admit(key, new, ns, sess, budget, grid)
         self.admitter.check_fits(len(key) // TOKEN_BYTES, new, budget)
-        loaded = tiering.load_back(bytes(key), ns)  # lower tiers hash encoded pages
+        loaded = tiering.load_back(bytes(key), ns, slow)  # lower tiers hash encoded pages
         lease = self.admitter.admit(key, new, ns, sess, budget, grid)
         if isinstance(lease, Lease):
             lease.tier_tokens = tiering.count_hit(lease.hit, loaded)
@@ -260,6 +266,22 @@ class HybridPrefixCache:
         else:
             lease.fed += key
 
+    def window_loaded_from(self, lease: Lease, position: int) -> None:
+        """The engine resumes the prompt past ``lease.hit`` with KV loaded from storage of its
+        own and holds the sliding-window KV only from ``position`` on (the window before where
+        it resumes): ``publish`` and ``finish`` keep no sliding-window KV below it, which
+        leaves it absent there instead of filing pages nobody writes. Call it before
+        ``publish``."""
+        lease = self.in_flight.require(lease)
+        position = validate.whole("position", position, minimum=0)
+        if lease.published_upto:
+            raise CacheUsageError(f"request {lease.request_id}: already published")
+        if not lease.hit <= position <= lease.prompt_len:
+            raise CacheUsageError(
+                f"window start {position} outside [{lease.hit}, {lease.prompt_len}]"
+            )
+        lease.window_from = position
+
     def publish(self, lease: Lease) -> PublishResult:
         """The request's prefill is done: make its prompt KV (whole pages) and the states it
         copied so far part of the cache now, as vLLM's and SGLang's prefix caches do with a
@@ -288,7 +310,8 @@ class HybridPrefixCache:
         if tiering is None or not tiering.movement.writes_through():
             return
         found = self.tree.match(key, ns)
-        tiering.write_through([n for n in found.path if n.end <= found.matched])
+        path = [n for n in found.path if n.end <= found.matched]
+        tiering.write_through(tiering.movement.through(path))
 
     def abort(self, lease: Lease) -> None:
         """Release everything the request holds; insert nothing."""

@@ -49,6 +49,11 @@ class Lease:
     #: ``kv_locked``) from ``in_place_pages``; ``kv_read_end == hit``: it reads none
     kv_read_end: int = 0
     in_place_pages: tuple[PageRef, ...] = ()
+    #: the first position whose sliding-window KV the request holds when that is past
+    #: ``hit``: an engine that loaded the prompt beyond the hit from storage of its own holds
+    #: only the window before where it resumes (``HybridPrefixCache.window_loaded_from``);
+    #: inserts keep no sliding-window KV below it. 0: from the hit, as it computed it
+    window_from: int = 0
     #: whether the lock on ``locked`` also pins the state there (see ``RadixTree.lock``)
     holds_state: bool = True
     #: a KV-only lock deeper than ``locked``: attention matched past the state the request

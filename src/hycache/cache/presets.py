@@ -6,6 +6,7 @@ See docs/presets.md for what each preset mirrors upstream.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -94,6 +95,13 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "max_num_batched_tokens": Knob(
             8192, int, "prefill token budget per step", "--max-num-batched-tokens", optional=True
         ),
+        "offload_states": Knob(
+            False,
+            bool,
+            "tiers: the offloading connector also stores recurrent states (today it persists "
+            "attention KV only and skips a hybrid model's external hits)",
+            "OffloadingConnector (#41712, #38230)",
+        ),
         "offgrid": Knob(
             "drop",
             str,
@@ -142,6 +150,29 @@ KNOBS: dict[str, dict[str, Knob]] = {
         ),
         "chunked_prefill_size": Knob(
             8192, int, "prefill token budget per chunk", "--chunked-prefill-size", optional=True
+        ),
+        "hicache_write_policy": Knob(
+            "write_through",
+            str,
+            "tiers: device -> host movement",
+            "--hicache-write-policy",
+            ("write_through", "write_through_selective", "write_back"),
+        ),
+        "hicache_fix_33713": Knob(
+            False,
+            bool,
+            "tiers: demote states on device eviction (false: pruned, no host hit ever)",
+            "#33713",
+        ),
+        "hicache_fix_40680": Knob(
+            False, bool, "tiers: write_back demotes interior states (false: dropped)", "#40680"
+        ),
+        "hicache_fix_39851": Knob(
+            False,
+            bool,
+            "tiers: the host state pool takes the state share of the host bytes (false: sized "
+            "like the KV pool, up to twice the bytes promised)",
+            "--hicache-ratio / #39851, #24561",
         ),
     },
     "marconi": {
@@ -205,6 +236,20 @@ KNOBS: dict[str, dict[str, Knob]] = {
         ),
     },
 }
+
+# LMCache under vLLM: vLLM's device cache, a KV-only store below it (cache/tierpresets.py)
+KNOBS["lmcache"] = {
+    **{k: v for k, v in KNOBS["vllm"].items() if k != "offload_states"},
+    "store_states": Knob(
+        False,
+        bool,
+        "tiers: LMCache also stores recurrent states (today: KV only)",
+        "LMCache #2845, #2863",
+    ),
+}
+
+#: the presets ``all`` names (``lmcache`` differs from ``vllm`` only with tiers)
+MAIN_PRESETS = ("vllm", "sglang", "marconi", "hycache")
 
 
 def _coerce(preset: str, name: str, value: object) -> KnobValue:
@@ -287,7 +332,7 @@ FLASHINFER_GDN_ALIGNMENT = 64
 
 
 def build_vllm(
-    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool, name: str = "vllm"
 ) -> HybridPrefixCache:
     block_size = _positive("vllm", "block_size", k["block_size"])
     mixer = spec.recurrent.mixer if spec.recurrent is not None else None
@@ -321,7 +366,7 @@ def build_vllm(
         CacheConfig(
             page_size=block,
             token_budget=_budget(k["max_num_batched_tokens"]),
-            name="vllm",
+            name=name,
         ),
         checkpoint=planner,
         admission=_admission(k["admission"]),
@@ -442,6 +487,7 @@ def build_hycache(
 
 BUILDERS: dict[str, Callable[[ModelSpec, int, dict[str, KnobValue], bool], HybridPrefixCache]] = {
     "vllm": build_vllm,
+    "lmcache": functools.partial(build_vllm, name="lmcache"),
     "sglang": build_sglang,
     "marconi": build_marconi,
     "hycache": build_hycache,

@@ -25,10 +25,15 @@ DEFAULT_STATE_SHARE = 0.2
 
 #: the smallest host page in tokens (rounded up to a multiple of the device page): SGLang
 #: HiCache's storage backends and vLLM's offloading connector move KV in pages of this order
-#: (one transfer per page); docs/benchmarks.md has the ablation over 16/64/256
+#: (one transfer per page); docs/benchmarks.md has the ablation over 16/64/256 tokens
 DEFAULT_PAGE_TOKENS = 64
 
 STORAGE_KINDS = ("disk", "remote")
+
+#: SGLang's storage prefetch policies (``--hicache-storage-prefetch-policy``): schedule the
+#: request with what has arrived, wait for all of it, or wait at most
+#: ``base + per_ki_token * tokens / 1024`` seconds (its default coefficients: 1 s, 0.25 s)
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
 
 
 def _bytes(name: str, value: object) -> int:
@@ -42,7 +47,8 @@ class TierConfig:
     """``host_bytes``: the host tier's budget, ``state_share`` of it for states; ``storage``:
     ``disk`` or ``remote`` (None: no storage tier) with ``storage_bytes`` (None: unlimited),
     written through from the host; ``movement``: ``write_back`` or ``write_through`` (device
-    to host); ``page_tokens``: the host page (module docstring for the failure knobs)."""
+    to host); ``page_tokens``: the host page; ``prefetch``: how long an admission waits for
+    storage (``PREFETCH_POLICIES``; module docstring for the failure knobs)."""
 
     host_bytes: int
     state_share: float = DEFAULT_STATE_SHARE
@@ -53,6 +59,9 @@ class TierConfig:
     storage: str | None = None
     storage_bytes: int | None = None
     page_tokens: int = DEFAULT_PAGE_TOKENS
+    prefetch: str = "wait_complete"
+    prefetch_timeout_base_s: float = 1.0
+    prefetch_timeout_per_ki_token_s: float = 0.25
 
     def __post_init__(self) -> None:
         _bytes("host_bytes", self.host_bytes)
@@ -70,6 +79,14 @@ class TierConfig:
             raise ConfigError(f"page_tokens must be a whole number, got {self.page_tokens!r}")
         if self.page_tokens < 1:
             raise ConfigError(f"page_tokens must be >= 1, got {self.page_tokens}")
+        if self.prefetch not in PREFETCH_POLICIES:
+            raise ConfigError(
+                f"unknown prefetch policy {self.prefetch!r}; known: {', '.join(PREFETCH_POLICIES)}"
+            )
+        for name in ("prefetch_timeout_base_s", "prefetch_timeout_per_ki_token_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} must be finite and >= 0, got {value!r}")
         self.movement_policy()
 
     def movement_policy(self) -> MovementPolicy:

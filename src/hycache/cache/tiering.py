@@ -155,16 +155,22 @@ class Tiering:
                 return best
         return None
 
-    def _target(self, key: bytes, ns: str | None, links: list[bytes]) -> _Target | None:
+    def _target(
+        self, key: bytes, ns: str | None, links: list[bytes], slow_limit: int | None
+    ) -> _Target | None:
         page, n = self.page, len(key) // TOKEN_BYTES
         found = self.tree.match(key[: (n - 1) * TOKEN_BYTES], ns)
         device_kv = found.kv_hit if self.full is not None else found.hit
-        end, holders = device_kv, []
+        end, holders, slow = device_kv, [], 0
         if self.full is not None:
             for j in range(device_kv // page, len(links)):
                 holder = self._holder(links[j])
                 if holder is None:
                     break
+                if holder is not self.tiers[0] and slow_limit is not None:
+                    slow += (j + 1) * page - max(device_kv, j * page)
+                    if slow > slow_limit:
+                        break
                 holders.append(holder)
                 end = (j + 1) * page
         else:
@@ -180,6 +186,8 @@ class Tiering:
             default=0,
         )
         lower = self._lower_state(key, ns, links, max(found.hit, on_device), end)
+        if lower is not None and lower[1] is not self.tiers[0] and slow_limit == 0:
+            lower = None  # nothing may come from the slow tiers
         if lower is not None:
             p, tier, digest = lower
             return _Target(device_kv, p, tuple(holders), tier, digest)
@@ -187,14 +195,18 @@ class Tiering:
             return _Target(device_kv, on_device, tuple(holders), None, None)
         return None
 
-    def load_back(self, key: bytes, ns: str | None) -> LoadBack | None:
-        """Load what the lower tiers add to the device's hit on ``key`` (module docstring)."""
+    def load_back(
+        self, key: bytes, ns: str | None, slow_limit: int | None = None
+    ) -> LoadBack | None:
+        """Load what the lower tiers add to the device's hit on ``key`` (module docstring);
+        at most ``slow_limit`` tokens of KV (None: any) from the tiers below the first, and
+        their state only when it may be more than 0 (a storage prefetch that stops early)."""
         n = len(key) // TOKEN_BYTES
         if n <= 1:
             return None
         page = self.page
         links = chain(key, ns, (n - 1) // page, page)
-        target = self._target(key, ns, links)
+        target = self._target(key, ns, links, slow_limit)
         if target is None:
             return None
         device_kv, end = target.device_kv, target.end

@@ -5,7 +5,10 @@ Inserts (``finish`` and ``publish``) slide windows (:func:`hycache.tree.window.p
 rule in :mod:`hycache.components.swa`) with, for a request:
 
 * ``start`` = its hit: it computed its KV from there on; before it, the tree's KV is what it
-  read, and a tombstone there stays one;
+  read, and a tombstone there stays one. An engine that loaded the prompt beyond the hit
+  from storage of its own holds the SWA KV only from the window before where it resumed
+  (``Lease.window_from``): the start is that, and the SWA KV between the hit and it stays
+  absent (a tombstone), since no one wrote it to the pages the insert would file it under;
 * anchors = where the same prompt sent again resumes (``prompt_len - 1`` rounded down to a
   page: its last token is always recomputed) and the positions of the states it hands over;
 * ``prefix`` = its prompt when the model has no recurrent layers: a later request may then
@@ -52,7 +55,8 @@ def slide_args(
     resend = lease.prompt_len - 1
     resend -= resend % page
     anchors = tuple(sorted({*states, resend} - {0}))
-    return SlideArgs(lease.hit, anchors, 0 if has_states else lease.prompt_len)
+    start = max(lease.hit, lease.window_from)
+    return SlideArgs(start, anchors, 0 if has_states else lease.prompt_len)
 
 
 def window_pages(

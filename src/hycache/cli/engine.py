@@ -11,14 +11,16 @@ HycacheError printed by ``hycache.cli.main.main`` as ``hycache: error: ...``), 3
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from hycache.cache.presets import KNOBS
 from hycache.cli.knobs import add_knob_option, check_knobs_apply, knob_overrides, policies_arg
-from hycache.cli.numbers import non_negative_float, positive_int
+from hycache.cli.numbers import non_negative_float, positive_float, positive_int
 from hycache.cli.sizes import bytes_arg
 from hycache.engine.disagg.base import DISAGG_INJECTS, DisaggSpec
 from hycache.engine.faults import INJECTS
+from hycache.engine.tiers.config import TIER_INJECTS
 from hycache.errors import ConfigError
 
 TINY_LAYERS, TINY_HIDDEN = 4, 64
@@ -41,9 +43,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from hycache.engine.drafter import parse_spec_decode
     from hycache.engine.model import require_engine
     from hycache.engine.spec_decode import check_spec_inject
+    from hycache.engine.tiers.config import parse_tiers
     from hycache.engine.verify_run import run_verify, split_list
     from hycache.engine.workloads import WORKLOADS, generate_turns
 
+    tiers = None if args.tiers is None else parse_tiers(args.tiers)
+    if tiers is not None and args.prefetch_timeout is not None:
+        tiers = replace(tiers, timeout_s=args.prefetch_timeout)
+    if tiers is None and (args.instances > 1 or args.prefetch_timeout is not None):
+        raise ConfigError("--instances and --prefetch-timeout need --tiers")
     knobs = knob_overrides(args.knobs)
     check_knobs_apply(knobs, args.policy)
     spec = None if args.spec_decode is None else parse_spec_decode(args.spec_decode)
@@ -59,8 +67,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
             if value is not None:
                 raise ConfigError(f"{option} shapes the tiny model; --model brings its own")
     disagg = None if args.disagg is None else DisaggSpec.parse(args.disagg, tuple(KNOBS))
-    if disagg is not None and spec is not None:
-        raise ConfigError("--spec-decode and --disagg cannot be combined (yet)")
+    if disagg is not None and (spec is not None or tiers is not None):
+        raise ConfigError("--disagg runs without --spec-decode and --tiers (not combined yet)")
+    if spec is not None and tiers is not None:
+        raise ConfigError("--spec-decode runs without --tiers (not combined yet)")
     if (args.inject in DISAGG_INJECTS) != (disagg is not None) and args.inject is not None:
         need = "needs --disagg" if disagg is None else "cannot run with --disagg"
         raise ConfigError(f"--inject {args.inject} {need}")
@@ -90,6 +100,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         knobs=dict(knobs),
         spec_decode=spec,
         disagg=disagg,
+        tiers=tiers,
+        instances=args.instances,
     )
     return outcome.exit_code
 
@@ -138,13 +150,32 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     verify.add_argument(
         "--inject",
-        choices=INJECTS + DISAGG_INJECTS,
-        help="break the hit path on purpose; exit 3 if the fault never fired",
+        choices=(*INJECTS, *DISAGG_INJECTS, *TIER_INJECTS),
+        help="break the hit path (or, with --tiers, the stored objects) on purpose; exit 3 if "
+        "the fault never fired",
     )
     verify.add_argument(
         "--capacity",
+        "--device-capacity",
+        dest="capacity",
         type=bytes_arg,
-        help="cache budget in bytes, e.g. 512KiB (default: ~1,600 tokens of KV + 16 states)",
+        help="device cache budget in bytes, e.g. 512KiB (default: ~1,600 tokens of KV + 16 states)",
+    )
+    verify.add_argument(
+        "--tiers",
+        help="tiers under the device: host=SIZE,disk=SIZE,redis=URL (any of them); prints "
+        "the prompt tokens reused per tier",
+    )
+    verify.add_argument(
+        "--instances",
+        type=positive_int,
+        default=1,
+        help="engine processes per cell sharing the Redis tier, one after the other",
+    )
+    verify.add_argument(
+        "--prefetch-timeout",
+        type=positive_float,
+        help="seconds a Redis read may take before its tokens are recomputed (default 1)",
     )
     verify.add_argument(
         "--tolerance",

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from hycache.cache.presets import KNOBS, KnobValue, resolve_knobs
+from hycache.cache.presets import KNOBS, MAIN_PRESETS, KnobValue, resolve_knobs
 from hycache.errors import ConfigError
 
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
@@ -80,11 +80,12 @@ def knob_overrides(settings: Iterable[KnobSetting]) -> dict[str, dict[str, KnobV
 
 
 def parse_policies(text: str) -> list[str]:
-    """``"vllm,hycache"`` -> ``["vllm", "hycache"]``, ``"all"`` -> every preset; ConfigError on
-    an empty list or an unknown preset. Duplicates are dropped, order kept."""
+    """``"vllm,hycache"`` -> ``["vllm", "hycache"]``, ``"all"`` -> the four main presets
+    (``MAIN_PRESETS``); ConfigError on an empty list or an unknown preset. Duplicates are
+    dropped, order kept."""
     items = [item.strip() for item in text.split(",") if item.strip()]
     if items == ["all"]:
-        return list(KNOBS)
+        return list(MAIN_PRESETS)
     if not items:
         raise ConfigError(f"{text!r}: expected P[,Q...] or all; presets: {', '.join(KNOBS)}")
     for item in items:

@@ -33,3 +33,11 @@ def non_negative_float(text: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value:g}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (durations)."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value

@@ -20,6 +20,7 @@ from pathlib import Path
 from hycache.cache.tierconfig import (
     DEFAULT_PAGE_TOKENS,
     DEFAULT_STATE_SHARE,
+    PREFETCH_POLICIES,
     STORAGE_KINDS,
     TierConfig,
 )
@@ -29,13 +30,15 @@ from hycache.cli.numbers import non_negative_float, positive_int
 from hycache.cli.output import check_distinct, output_arg, write_atomically
 from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
+from hycache.policy.movement.registry import MOVEMENT_POLICIES
 from hycache.sim.cells import Cell, Parallel, run_cells
 from hycache.sim.cost import CostModel
+from hycache.sim.disagg import PULLS
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
-from hycache.sim.report import rejected_notes, render_html, table
+from hycache.sim.report import disagg_table, rejected_notes, render_html, table, tier_table
 from hycache.sim.request import Request
-from hycache.sim.simulate import SimulationConfig, footprint_bytes
+from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
 from hycache.sim.workloads import WORKLOADS, generate
@@ -81,12 +84,25 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """What a replay takes besides its source (simulate and compare)."""
     parser.add_argument("--hardware", default="h200", help="cost model profile (default h200)")
-    parser.add_argument("--mode", choices=("serial", "engine"), default="serial")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="serial",
+        help="serial (default), engine (discrete-event serving), or disagg (prefill and decode "
+        "instances, each with its own cache of the preset; bytes moved between them)",
+    )
     parser.add_argument(
         "--policy",
         type=policies_arg,
         default="vllm,sglang,marconi,hycache",
         help="P[,Q...] or all (default vllm,sglang,marconi,hycache)",
+    )
+    parser.add_argument(
+        "--disagg-pull",
+        choices=PULLS,
+        default="last",
+        help="--mode disagg: where the decode side resumes: last (N-1, the engine's rule; "
+        "default) or grid (its own last planned checkpoint, whose state it keeps)",
     )
     add_knob_option(parser)
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
@@ -130,6 +146,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="storage tier kind, which sets its bandwidth (default disk)",
     )
     parser.add_argument(
+        "--prefetch",
+        choices=PREFETCH_POLICIES,
+        default="wait_complete",
+        help="storage prefetch: best_effort (what arrived while the request waited), "
+        "wait_complete, or timeout (1 s + 0.25 s per 1,024 tokens) (default wait_complete)",
+    )
+    parser.add_argument(
         "--host-page-tokens",
         type=positive_int,
         default=DEFAULT_PAGE_TOKENS,
@@ -138,9 +161,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--movement",
-        choices=("write_back", "write_through"),
+        choices=MOVEMENT_POLICIES,
         default="write_back",
-        help="host tier movement policy (default write_back)",
+        help="device -> host movement: write_back, write_through, or write_through_selective "
+        "(after a hit, SGLang's threshold 2) (default write_back)",
     )
     parser.add_argument(
         "--session-idle-s",
@@ -188,6 +212,12 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
     knobs = knob_overrides(args.knobs)
     check_knobs_apply(knobs, args.policy)
     check_distinct({"--json": args.json, "--report": args.report})
+    if getattr(args, "decode_capacity", None) is not None and args.mode != "disagg":
+        raise ConfigError("--decode-capacity applies to --mode disagg only")
+    if args.disagg_pull != "last" and args.mode != "disagg":
+        raise ConfigError("--disagg-pull applies to --mode disagg only")
+    if args.mode == "disagg" and args.host_capacity is not None:
+        raise ConfigError("--mode disagg runs without lower tiers (no --host-capacity)")
     spec = load_spec(args.model, dtype=args.dtype)
     return SimulationConfig(
         spec,
@@ -197,6 +227,7 @@ def _config(args: argparse.Namespace) -> SimulationConfig:
         progress=True if args.progress else None,
         reject_oversized=True,
         session_idle_s=args.session_idle_s,
+        pull=args.disagg_pull,
     )
 
 
@@ -267,6 +298,7 @@ def _with_tiers(
         storage=None if storage is None else args.storage_kind,
         storage_bytes=storage.resolve(footprint) if isinstance(storage, Size) else None,
         page_tokens=args.host_page_tokens,
+        prefetch=args.prefetch,
     )
     return dataclasses.replace(config, tiers=tiers)
 
@@ -277,7 +309,7 @@ def _storage_arg(text: str) -> Size | str:
 
 
 def _relative(args: argparse.Namespace) -> bool:
-    sizes = [args.capacity, args.host_capacity, args.storage_capacity]
+    sizes = [args.capacity, args.host_capacity, args.storage_capacity, args.decode_capacity]
     return any(isinstance(s, Size) and s.relative for s in sizes)
 
 
@@ -304,7 +336,11 @@ def _sweep(
 
 
 def _print_results(results: dict[str, PolicyResult]) -> None:
-    print(table(results))
+    disagg = all(r.disagg is not None for r in results.values())
+    print(disagg_table(results) if disagg else table(results))
+    tiers = tier_table(results)
+    if tiers is not None:
+        print(tiers)
     for note in rejected_notes(results):
         print(f"note: {note}")
 
@@ -316,16 +352,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     footprint = footprint_bytes(config, source) if _relative(args) else None
     [capacity] = _capacities(config, source, [size], footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
+    decode: Capacity | None = None
+    if args.decode_capacity is not None:
+        [decode] = resolve([args.decode_capacity], footprint)
+        config = dataclasses.replace(config, decode_capacity=decode.nbytes)
+        check_capacities(config, source(), [decode], args.policy, label)
     results = _sweep(args, config, source, [capacity.nbytes], total)[capacity.nbytes]
-    shown = format_bytes(capacity.nbytes)
-    if footprint is not None:
-        shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
+    shown = _shown(capacity, footprint)
+    if decode is not None:
+        shown += f", decode capacity {_shown(decode, footprint)}"
     print(f"{label}, {args.model}, capacity {shown}, {args.mode} mode")
     if config.tiers is not None:
         print(_tier_line(config.tiers))
     _print_results(results)
     _outputs(args, label, {capacity.nbytes: results}, [])
     return 0
+
+
+def _shown(capacity: Capacity, footprint: int | None) -> str:
+    shown = format_bytes(capacity.nbytes)
+    if footprint is not None:
+        shown += f" ({capacity.size.text} of the {format_bytes(footprint)} footprint)"
+    return shown
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -363,6 +411,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=size_arg,
         required=True,
         help="cache size: bytes (40GB, 32GiB) or a percentage of the unlimited footprint (10%%)",
+    )
+    sim.add_argument(
+        "--decode-capacity",
+        type=size_arg,
+        default=None,
+        help="--mode disagg: the decode instance's cache size (default: --capacity)",
     )
     add_run_arguments(sim)
     sim.set_defaults(func=cmd_simulate)

@@ -87,8 +87,11 @@ class Checkpointer:
         believes it is; ``late``: the state has moved on, an injected fault)."""
         slot = self.cache.record_checkpoint(lease, position, reason)
         if slot is None:
+            if not late and self.transfer.tiers is not None:
+                # the device keeps no state here; the tiers may
+                self.transfer.write_state(dc, None, tags, position)
             return
-        self.transfer.write_state(dc, slot, tags.tag(position))
+        self.transfer.write_state(dc, slot, tags, position, exact=not late)
         result.checkpoints.append(position)
         policy = self.cache.checkpoint_policy
         grid = policy.state_grid or self.page_size

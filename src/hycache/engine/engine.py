@@ -21,6 +21,14 @@ Per request (see ``hycache.cache.facade`` for the lease lifecycle):
    (new pages, and reused ids that still hold an earlier owner's data). The engine never
    walks the tree: it uses what the lease, ``publish`` and ``finish`` return.
 
+Tiers (``tiers``, ``hycache.engine.tiers``): after the device admission the engine asks the
+tiers how far they extend the hit (``plan_extension``), loads that prefix's KV and state into
+the model's cache and prefills from there; the pages it then scatters and the exact states it
+copies are written through to every tier. Of the sliding-window KV the extension loads only
+the window before its end, so the engine tells the cache where the request's SWA KV starts
+(``window_loaded_from``): the cache keeps none below it rather than filing pages for positions
+the request never held.
+
 Requests are interleaved (``max_running``) by a ``Scheduler`` (``hycache.engine.scheduler``):
 each step advances one request by one chunk or one decode token, so several leases are in
 flight at once; a request the cache answers with ``Wait`` waits until others finish. After
@@ -77,6 +85,8 @@ from hycache.engine.sampling import greedy_pick, make_picker
 from hycache.engine.scheduler import Scheduler, Step
 from hycache.engine.spec_decode import SpecDecoder, check_spec_inject
 from hycache.engine.store import PrefixTags, TensorStore
+from hycache.engine.tiers.chain import TierChain
+from hycache.engine.tiers.extend import Extension, plan_extension
 from hycache.engine.transfer import Transfer
 from hycache.errors import CapacityError, ConfigError, IntegrityError
 from hycache.tree.keys import encode_tokens
@@ -115,10 +125,13 @@ class Engine:
         publish: bool = True,
         on_token: TokenCallback | None = None,
         spec_decode: SpecDecode | None = None,
+        tiers: TierChain | None = None,
     ) -> None:
         if inject is not None and inject not in INJECTS:
             raise ConfigError(f"unknown inject {inject!r}; known: {', '.join(INJECTS)}")
         check_spec_inject(inject, spec_decode)
+        if inject is not None and tiers is not None:
+            raise ConfigError(f"inject {inject!r} breaks the device path: run it without tiers")
         if max_running < 1:
             raise ConfigError(f"max_running must be >= 1, got {max_running}")
         if not getattr(cache.pool, "track_ids", True):
@@ -139,6 +152,12 @@ class Engine:
         self.memory.check_setup()
         self.faults = FaultLog()
         self.transfer = Transfer(model, self.store, self.faults, check_owners=check_owners)
+        if tiers is not None and tiers.page != cache.page_size:
+            raise ConfigError(
+                f"tiers of {tiers.page}-token pages under a cache of {cache.page_size}"
+            )
+        self.tiers = tiers
+        self.transfer.tiers = tiers
         self.checkpoints = Checkpointer(cache, self.transfer, self.faults, inject=inject)
         self.spec = (
             None
@@ -239,22 +258,34 @@ class Engine:
         ns = request.namespace
         tags = PrefixTags(ns, encode_tokens(prompt))
         dc = self.model.new_cache()
-        kv_start = self.transfer.restore(lease, dc, tags, result.violations)
+        extension = self._extend(lease, ns, result)
+        kv_start = self.transfer.restore(lease, dc, tags, result.violations, extension)
+        if extension is not None and kv_start.get("swa", 0) > lease.hit:
+            # the window before the extension's end is all the SWA KV this request holds
+            # beyond the device's hit: the cache must not file pages for the rest
+            self.cache.window_loaded_from(lease, kv_start["swa"])
+        start = lease.hit if extension is None else extension.end
         planned = {cp.position: cp.reason for cp in lease.plan.checkpoints}
-        ends = set(lease.plan.chunk_ends) | {p for p in planned if lease.hit < p < n}
+        ends = {e for e in lease.plan.chunk_ends if e > start} | {n}
+        ends |= {p for p in planned if start < p < n}
         deferred: list[Deferred] = []
         checkpoints = self.checkpoints
+        if start in planned and start > lease.hit:
+            # the tiers' state is the state at this planned checkpoint
+            checkpoints.checkpoint(lease, dc, tags, start, planned[start], deferred, result)
         if self.inject == "off-grid" and not checkpoints.cache_misplaces():
             # snapshot a few tokens late: the chunk is cut there so the state exists
             shift = max(1, self.page_size // 2)
             ends |= {p + shift for p in planned if lease.hit < p and p + shift < n}
         tokens = list(prompt)
-        pos = lease.hit
+        pos = start
         if self.prefill_source is not None:
+            if extension is not None:
+                raise ConfigError("a disaggregated decode side runs without tiers")
             pos = self.prefill_source.receive(lease, dc, result)
             ends = {e for e in ends if e > pos} | {n}
         logits: torch.Tensor | None = None
-        in_place = lease.kv_read_end > lease.hit
+        in_place = lease.kv_read_end > start
         for end in sorted(ends):
             logits = self.model.forward(dc, tokens[pos:end], pos)
             pos = end
@@ -271,6 +302,7 @@ class Engine:
             raise IntegrityError(f"prefill stopped at {pos} of {n} tokens")
         result.prefill_s = time.perf_counter() - started
         self.faults.end_request(lease.request_id)
+        self.transfer.kv_to_tiers(dc, bytes(lease.key), ns, kv_start, start, n)
         if self.publish:
             published = self.cache.publish(lease)
             if published.cached_tokens and self.inject == "unwritten-publish":
@@ -329,12 +361,35 @@ class Engine:
         tags = PrefixTags(ns, full_key)
         checkpoints.flush(lease, dc, tags, deferred, pos, result, after_forward=False, force=True)
         final = lease.final_state_slot
-        if final is not None:
+        if final is not None or (self.tiers is not None and self.store.slots is not None):
             # finish() keeps this slot as the end-of-request state (when the request ends on
             # a page boundary): it must hold the state after every fed token
-            self.transfer.write_state(dc, final, tags.tag(lease.length))
+            self.transfer.write_state(dc, final, tags, lease.length)
+        self.transfer.kv_to_tiers(dc, full_key, ns, kv_start, n - n % self.page_size, pos)
         finished = self.cache.finish(lease)
         self.transfer.scatter(full_key, ns, dc, kv_start, pos, finished.pages)
+
+    def _extend(self, lease: Lease, ns: str | None, result: RequestResult) -> Extension | None:
+        """What the tiers add to the device's hit (None without tiers or when they add
+        nothing); counted on the result and the chain."""
+        tiers = self.tiers
+        if tiers is None:
+            return None
+        extension = plan_extension(
+            tiers,
+            bytes(lease.key),
+            ns,
+            hit=lease.hit,
+            prompt_len=lease.prompt_len,
+            window=self.model.layout.window,
+        )
+        if extension is None:
+            return None
+        for tier, count in extension.tokens.items():
+            tiers.hit_tokens[tier] += count
+        tiers.foreign_tokens += extension.foreign
+        result.tier_tokens = extension.end - extension.hit
+        return extension
 
     def _stop_after(self, request: EngineRequest, result: RequestResult, token: int) -> bool:
         """Tell ``on_token`` about ``token``; whether the request ends after it."""

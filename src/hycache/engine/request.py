@@ -57,6 +57,8 @@ class RequestResult:
     waits: int = 0
     #: recomputed prompt tokens whose queries read cached attention KV in place
     in_place_tokens: int = 0
+    #: prompt tokens beyond the device's ``hit`` loaded from the tiers
+    tier_tokens: int = 0
     finish_reason: str = ""
 
 

@@ -39,6 +39,8 @@ class PrefixTags:
     """Owner tags of the prefixes of one token key (namespace-qualified), computed once."""
 
     def __init__(self, namespace: str | None, key: bytes) -> None:
+        self.key = key
+        self.namespace = namespace
         self._key = key
         self._base = hashlib.blake2b(repr(namespace).encode(), digest_size=16)
         self._memo: dict[int, Tag] = {}

@@ -4,11 +4,16 @@
 * restore: gather the KV pages a lease reuses (``Lease.reused_pages``; SWA: only the window
   before the hit) into a fresh ``DynamicCache`` and load the cached state into it (a copy: the
   store's slot is never written by a reader), reporting owner-tag mismatches as violations;
+  with an ``Extension`` from the tiers, its KV follows the device's and its state is loaded;
 * read in place: the full-attention KV a lease reads in place replaces the recomputed one;
 * state copies: read the running conv/recurrent state out of the model's cache and write it
   into a store slot with its owner tag;
 * scatter: write the request's KV into the pages ``publish``/``finish`` filed its tokens under
   whose owner tag is not this prefix.
+
+With tiers (``self.tiers``), every whole page the request computed (``kv_to_tiers``, at the
+end of the prefill and at finish) and every exact state copy, kept by the device or not, is
+written through to them (``TierChain.put_pages`` / ``put_state``).
 
 Every read and write is reported to the ``FaultLog`` so that injected faults are counted.
 """
@@ -27,6 +32,8 @@ if TYPE_CHECKING:
     from hycache.engine.faults import FaultLog
     from hycache.engine.model import LoadedModel
     from hycache.engine.store import TensorStore
+    from hycache.engine.tiers.chain import TierChain
+    from hycache.engine.tiers.extend import Extension
 
 
 class Transfer:
@@ -44,16 +51,26 @@ class Transfer:
         #: pages filed for positions this request never computed (revived SWA KV), left
         #: unclaimed so that a read of them is reported
         self.unfilled_pages = 0
+        #: the tiers under the device: every page and exact state written is written through
+        self.tiers: TierChain | None = None
 
     # ------------------------------------------------------------------ restore
     def restore(
-        self, lease: Lease, dc: Any, tags: PrefixTags, violations: list[str]
+        self,
+        lease: Lease,
+        dc: Any,
+        tags: PrefixTags,
+        violations: list[str],
+        extension: Extension | None = None,
     ) -> dict[str, int]:
-        """Load the reused prefix into ``dc``; per KV kind the first position loaded. Reports
-        a read of corrupted data to the fault log."""
+        """Load the reused prefix into ``dc``: the device's ``[0, hit)`` and, with an
+        ``extension`` from the tiers, ``[hit, extension.end)`` after it (its state replaces
+        the device's). Per KV kind the first position loaded. Reports a read of corrupted
+        data to the fault log."""
         hit = lease.hit
+        end = hit if extension is None else extension.end
         kv_start = dict.fromkeys(self.store.pages, 0)
-        if hit == 0:
+        if end == 0:
             return kv_start
         page = self.page_size
         for kind, pages in self.store.pages.items():
@@ -61,32 +78,31 @@ class Transfer:
             if kind == "swa":
                 if self.window is None:
                     raise IntegrityError("sliding-window pages without a window")
-                lo = max(0, hit - self.window + 1)
+                lo = max(0, end - self.window + 1)
                 lo -= lo % page
-            refs = [r for r in lease.reused_pages.get(kind, ()) if r.start + page > lo]
-            ids = [r.page for r in refs]
-            starts = [r.start for r in refs]
-            if starts != list(range(lo, hit, page)):
-                raise IntegrityError(f"{kind} KV the cache reused for [{lo}, {hit}) is incomplete")
-            pages.ensure(max(ids))
-            for page_id, start in zip(ids, starts, strict=True):
-                if self.check_owners and pages.owner[page_id] != tags.tag(start + page):
-                    violations.append(
-                        f"{kind} page {page_id} read for positions [{start}, {start + page})"
-                        " holds another prefix's KV"
-                    )
-            self.faults.pages_read(lease.request_id, kind, ids)
-            keys, values = pages.read(ids)
+            keys, values = self._device_kv(lease, kind, lo, tags, violations)
+            if extension is not None:
+                if extension.kv_lo[kind] != max(lo, hit):
+                    raise IntegrityError(f"{kind} KV loaded from the tiers starts off the window")
+                more_k, more_v = extension.kv[kind]
+                keys = [more_k[i] if k is None else _cat(k, more_k[i]) for i, k in enumerate(keys)]
+                values = [
+                    more_v[i] if v is None else _cat(v, more_v[i]) for i, v in enumerate(values)
+                ]
             for i, layer in enumerate(pages.layers):
+                k, v = keys[i], values[i]
+                if k is None or v is None:
+                    raise IntegrityError(f"{kind} KV for [{lo}, {end}) is missing")
                 cache_layer = dc.layers[layer.index]
-                cache_layer.update(
-                    keys[i].transpose(0, 1).unsqueeze(0), values[i].transpose(0, 1).unsqueeze(0)
-                )
+                cache_layer.update(k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0))
                 if kind == "swa":
-                    cache_layer.cumulative_length = hit
+                    cache_layer.cumulative_length = end
             kv_start[kind] = lo
         slots = self.store.slots
         if slots is not None:
+            if extension is not None and extension.state is not None:
+                self._load_state(dc, *extension.state)
+                return kv_start
             source = lease.source_state
             if source is None:
                 raise IntegrityError(f"hit {hit} without a state to resume from")
@@ -99,6 +115,30 @@ class Transfer:
             conv, rec = slots.read(source)
             self._load_state(dc, conv, rec)
         return kv_start
+
+    def _device_kv(
+        self, lease: Lease, kind: str, lo: int, tags: PrefixTags, violations: list[str]
+    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        """Per layer the device's K and V of ``[lo, hit)`` (None per layer when empty)."""
+        pages = self.store.pages[kind]
+        hit, page = lease.hit, self.page_size
+        refs = [r for r in lease.reused_pages.get(kind, ()) if r.start + page > lo]
+        ids = [r.page for r in refs]
+        starts = [r.start for r in refs]
+        if starts != list(range(lo, hit, page)):
+            raise IntegrityError(f"{kind} KV the cache reused for [{lo}, {hit}) is incomplete")
+        if not ids:
+            return [None] * len(pages.layers), [None] * len(pages.layers)
+        pages.ensure(max(ids))
+        for page_id, start in zip(ids, starts, strict=True):
+            if self.check_owners and pages.owner[page_id] != tags.tag(start + page):
+                violations.append(
+                    f"{kind} page {page_id} read for positions [{start}, {start + page})"
+                    " holds another prefix's KV"
+                )
+        self.faults.pages_read(lease.request_id, kind, ids)
+        keys, values = pages.read(ids)
+        return list(keys), list(values)
 
     def read_in_place(
         self,
@@ -166,12 +206,49 @@ class Transfer:
             rec.append(None if state is None else state[0])
         return conv, rec
 
-    def write_state(self, dc: Any, slot: int, tag: bytes) -> None:
+    def write_state(
+        self, dc: Any, slot: int | None, tags: PrefixTags, position: int, *, exact: bool = True
+    ) -> None:
+        """Copy the running state into ``slot`` (None: the device keeps none here), filed as
+        the state after ``position`` tokens of ``tags``'s prefix; written through to the
+        tiers too when it is ``exact`` (an injected late copy is not)."""
         if self.store.slots is None:
             raise IntegrityError("a state copy on a model without recurrent layers")
         conv, rec = self.read_state(dc)
-        self.store.slots.write(slot, conv, rec, tag)
-        self.faults.slot_written(slot)
+        if slot is not None:
+            self.store.slots.write(slot, conv, rec, tags.tag(position))
+            self.faults.slot_written(slot)
+        if self.tiers is not None and exact:
+            self.tiers.put_state(tags.key, tags.namespace, position, conv, rec)
+
+    def kv_to_tiers(
+        self, dc: Any, key: bytes, ns: str | None, kv_start: dict[str, int], lo: int, hi: int
+    ) -> None:
+        """Write the whole pages of ``[lo, hi)`` the model's cache holds through to the tiers
+        (what this request computed; whether the device keeps it or not)."""
+        tiers = self.tiers
+        if tiers is None:
+            return
+        page = self.page_size
+        for kind, pages in self.store.pages.items():
+            first = max(lo, kv_start[kind])
+            first += -first % page
+            last = hi - hi % page
+            if last <= first:
+                continue
+            base = kv_start[kind]
+            keys = [dc.layers[a.index].keys[0, :, first - base : last - base] for a in pages.layers]
+            values = [
+                dc.layers[a.index].values[0, :, first - base : last - base] for a in pages.layers
+            ]
+            tiers.put_pages(
+                kind,
+                key,
+                ns,
+                list(range(first, last, page)),
+                [k.transpose(0, 1) for k in keys],
+                [v.transpose(0, 1) for v in values],
+            )
 
     # ------------------------------------------------------------------ scatter
     def scatter(
@@ -244,3 +321,9 @@ class Transfer:
                     tags.tag(start + page),
                 )
                 self.faults.pages_corrupted(kind, [page_id])
+
+
+def _cat(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.cat([a, b])

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, cast
 from hycache.cache.presets import KNOBS, build_cache
 from hycache.engine.drafter import SpecDecode, reference_drafter
 from hycache.engine.engine import Engine, EngineRequest, RequestResult
+from hycache.engine.tiers.config import TIER_INJECTS
+from hycache.engine.verify_tiers import TierRun, tier_totals
 from hycache.engine.workloads import SessionSource, generate_turns
 from hycache.memory.layouts import unified_layout
 from hycache.spec.model import ModelSpec
@@ -81,6 +83,12 @@ class CellResult:
     details: list[str] = field(default_factory=list)
     #: lines printed under the table whatever the outcome (e.g. per-request transfers)
     report: list[str] = field(default_factory=list)
+    #: with tiers: prompt tokens reused beyond the device's hit, per tier; of them, from
+    #: objects another instance wrote; per tier its counters (``TierCounters`` as a dict)
+    tier_tokens: dict[str, int] = field(default_factory=dict)
+    foreign_tokens: int = 0
+    instance: int = 1
+    tier_counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -192,8 +200,11 @@ def verify_cell(
     knobs: Mapping[str, object] | None = None,
     cold_memo: dict[tuple[tuple[int, ...], int], RequestResult] | None = None,
     spec_decode: SpecDecode | None = None,
+    tiers: TierRun | None = None,
 ) -> CellResult:
-    """Run one workload with ``policy`` on ``model`` and compare every request to a cold run."""
+    """Run one workload with ``policy`` on ``model`` and compare every request to a cold run.
+    With ``tiers`` the engine runs over that tier chain (``inject`` may then name a store
+    fault of ``TIER_INJECTS``)."""
     started = time.perf_counter()
     dtype = str(model.dtype).removeprefix("torch.")
     tol = DEFAULT_TOLERANCE.get(dtype, 1e-4) if tolerance is None else tolerance
@@ -202,13 +213,16 @@ def verify_cell(
     cache: HybridPrefixCache = build_cache(
         model.spec, budget, policy, track_ids=True, **cast(dict[str, Any], settings)
     )
+    chain = None if tiers is None else tiers.build(model, cache.page_size, inject)
+    engine_inject = None if inject in TIER_INJECTS else inject
     engine = Engine(
         model,
         cache,
         max_running=max_running,
-        inject=inject,
+        inject=engine_inject,
         check_owners=check_owners,
         spec_decode=spec_decode,
+        tiers=chain,
     )
     memo: ColdMemo = {} if cold_memo is None else cold_memo
     if engine.spec is not None and engine.spec.spec.drafter == "oracle":
@@ -240,5 +254,14 @@ def verify_cell(
     if engine.spec is not None:
         cell.drafted = engine.spec.stats.drafted
         cell.accepted = engine.spec.stats.accepted
+    if chain is not None:
+        totals = tier_totals(chain, inject)
+        cell.tier_tokens, cell.foreign_tokens = totals.tokens, totals.foreign
+        cell.tier_counters = totals.counters
+        if inject in TIER_INJECTS:
+            cell.stored, cell.fired = totals.stored, totals.fired
+        if tiers is not None and tiers.clear_after:
+            chain.clear()
+        chain.close()
     cell.seconds = time.perf_counter() - started
     return cell

@@ -1,21 +1,28 @@
 """``run_verify``: every architecture x policy x workload through ``verify_cell``, one table
 per architecture, reuse by path (restored, published, read in place), injected faults counted,
 and the exit code (0 pass, 1 a difference or nothing reused, 3 the injected fault never fired).
+With tiers: the ``tiers:`` line (``verify_tiers``) and, with several instances per cell,
+what the later instances reused of the earlier ones' objects (``verify_instances``).
 """
 
 from __future__ import annotations
 
 import tempfile
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hycache.engine.archs import init_model
 from hycache.engine.drafter import SpecDecode
 from hycache.engine.request import RequestResult
+from hycache.engine.tiers.config import TIER_INJECTS, TierSettings
 from hycache.engine.verify import POLICIES, CellResult, verify_cell
+from hycache.engine.verify_instances import InstanceJob, run_instances
+from hycache.engine.verify_summary import instance_lines, tier_lines
+from hycache.engine.verify_tiers import TierRun
 from hycache.errors import CapacityError, ConfigError
 
 if TYPE_CHECKING:
@@ -56,7 +63,7 @@ def table(cells: Sequence[CellResult]) -> str:
     rows = [
         (
             c.arch,
-            c.policy,
+            c.policy + (f" #{c.instance}" if c.instance > 1 else ""),
             c.workload,
             str(c.page_size),
             str(c.requests) + (f" ({c.failed} failed)" if c.failed else ""),
@@ -106,16 +113,26 @@ def run_verify(
     spec_decode: SpecDecode | None = None,
     disagg: DisaggSpec | None = None,
     echo: Callable[[str], None] = print,
+    tiers: TierSettings | None = None,
+    instances: int = 1,
 ) -> VerifyOutcome:
     """Verify every combination; print a table per architecture. Exit code 0 (all passed, and
     something was reused), 1 (a difference, or nothing reused) or 3 (``inject`` given and the
     fault never fired in any cell, and nothing differed). CapacityError when no request of a
-    cell fits the cache at all."""
+    cell fits the cache at all. ``tiers``: run over host/disk/Redis tiers (a fresh chain per
+    cell; ``instances`` > 1: that many engine processes per cell on one Redis store)."""
     from hycache.engine.model import load_model
 
     for policy in policies:
         if policy not in POLICIES:
             raise ConfigError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    if instances > 1 and (tiers is None or tiers.redis_url is None):
+        raise ConfigError("--instances > 1 share a Redis store: give --tiers ...,redis=URL")
+    if inject in TIER_INJECTS and (tiers is None or not {"disk", "redis"} & set(tiers.names)):
+        raise ConfigError(
+            f"--inject {inject} damages stored objects: give --tiers with disk or redis"
+        )
+    run_id = uuid.uuid4().hex[:12]
     cells: list[CellResult] = []
     with ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="hycache-verify-"))
@@ -138,30 +155,50 @@ def run_verify(
             for workload in workloads:
                 memo.clear()
                 for policy in policies:
-                    run_cell = verify_cell if runner is None else runner.cell
-                    cell = run_cell(
-                        model,
-                        label,
-                        policy,
-                        workload,
-                        requests=requests,
-                        seed=seed,
-                        capacity=capacity,
-                        chunk=chunk,
-                        inject=inject,
-                        tolerance=tolerance,
-                        max_running=max_running,
-                        check_owners=check_owners,
-                        knobs=(knobs or {}).get(policy),
-                        cold_memo=memo,
-                        spec_decode=spec_decode,
-                    )
+                    options: dict[str, Any] = {
+                        "requests": requests,
+                        "seed": seed,
+                        "capacity": capacity,
+                        "chunk": chunk,
+                        "inject": inject,
+                        "tolerance": tolerance,
+                        "max_running": max_running,
+                        "check_owners": check_owners,
+                        "knobs": (knobs or {}).get(policy),
+                    }
+                    run = None
+                    if tiers is not None:
+                        name = f"{arch}-{policy}-{workload}".replace(":", "_")
+                        run = TierRun(
+                            tiers,
+                            Path(tmp) / f"disk-{name}",
+                            f"hycache-verify-{run_id}:{name}",
+                            clear_after=instances == 1,
+                        )
+                    if runner is not None:
+                        cell = runner.cell(
+                            model, label, policy, workload, cold_memo=memo, **options
+                        )
+                    else:
+                        cell = verify_cell(
+                            model,
+                            label,
+                            policy,
+                            workload,
+                            cold_memo=memo,
+                            spec_decode=spec_decode,
+                            tiers=run,
+                            **options,
+                        )
                     if cell.requests and cell.failed == cell.requests:
                         raise CapacityError(
                             f"{label}/{policy}/{workload}: no request fits a cache of "
                             f"{cell.budget_bytes} bytes ({cell.details[0]}); raise --capacity"
                         )
                     arch_cells.append(cell)
+                    if run is not None and instances > 1:
+                        job = InstanceJob(directory, dtype, label, policy, workload, run, options)
+                        arch_cells += run_instances(cell, job, instances)[1:]
             cells += arch_cells
             echo(f"\n== {label} ({model.model_type}, {dtype}) " + "=" * 40)
             for note in model.notes:
@@ -197,6 +234,12 @@ def run_verify(
             f"disaggregated: {runner.moved} bytes moved prefill -> decode, analytic minimum "
             f"{runner.minimum} bytes"
         )
+    if tiers is not None:
+        for line in tier_lines(cells):
+            echo(line)
+    if instances > 1:
+        for line in instance_lines(cells, instances):
+            echo(line)
     fired = sum(c.fired for c in cells)
     accepted = sum(c.accepted for c in cells)
     if spec_decode is not None:
@@ -226,6 +269,12 @@ def run_verify(
     if reused == 0:
         echo("FAIL: nothing was reused from the cache, so the comparison proves nothing")
         return VerifyOutcome(cells, 1)
+    if inject == "corrupt-store":
+        echo(
+            f"PASS: the checksums refused {fired} damaged objects (misses, recomputed): "
+            "every cached run matches its cold run"
+        )
+        return VerifyOutcome(cells, 0)
     if inject is not None:
         echo(
             f"PASS: every cached run matches its cold run although {inject} fired {fired} "

@@ -8,8 +8,12 @@ hands turns to the engine in order, a session's turn only once its previous turn
 
 ========== ===================================================================================
 chat       sessions of 2-6 turns after one of two shared system prompts; each turn appends the
-           model's answer and a new user message; a quarter of the sessions run in their own
-           namespace (tenant), which must never hit another tenant's entries.
+           model's answer and a new user message; every third follow-up turn of the workload
+           is a "retry": the user re-asks the session's previous message verbatim (regenerate,
+           or a repeated question), so the context holds the question, the earlier answer and
+           the question again, which prompt-lookup drafting profits from; a quarter of the
+           sessions run in their own namespace (tenant), which must never hit another
+           tenant's entries.
 branching  three root prefixes; requests branch off a root or off an earlier request at a
            random (unaligned) point, some continue chat-style, some are exact retries.
 docqa      documents of 150-450 tokens behind a shared instruction; several questions per
@@ -100,6 +104,8 @@ class _Chat:
     length: int
     namespace: str | None
     turns: int = 0
+    #: the user message of the session's last turn (without the system prompt)
+    asked: tuple[int, ...] = ()
 
 
 def _chat(rng: random.Random, vocab: int, requests: int) -> list[Turn]:
@@ -107,6 +113,7 @@ def _chat(rng: random.Random, vocab: int, requests: int) -> list[Turn]:
     sessions: list[_Chat] = []
     turns: list[Turn] = []
     active: list[int] = []
+    follow_ups = 0
     while len(turns) < requests:
         if len(active) < 3 or rng.random() < 0.15:
             k = len(sessions)
@@ -122,9 +129,12 @@ def _chat(rng: random.Random, vocab: int, requests: int) -> list[Turn]:
             turns.append(Turn(f"{s.name}.0", system + user, output, s.name, False, s.namespace))
             s.length = len(system) + len(user) + output
         else:
-            user = _tokens(rng, vocab, rng.randrange(8, 70))
+            follow_ups += 1
+            retry = follow_ups % 3 == 0  # the previous question again, verbatim
+            user = s.asked if retry else _tokens(rng, vocab, rng.randrange(8, 70))
             turns.append(Turn(f"{s.name}.{s.turns}", user, output, s.name, True, s.namespace))
             s.length += len(user) + output
+        s.asked = user
         s.turns += 1
         s.turns_left -= 1
         if s.turns_left <= 0 or s.length + 80 > MAX_PROMPT:

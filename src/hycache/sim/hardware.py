@@ -134,8 +134,9 @@ HARDWARE: Mapping[str, Hardware] = MappingProxyType(
 
 
 def hardware_knobs(preset: str, hw: Hardware) -> dict[str, str]:
-    """Preset knob defaults a profile implies: the ``vllm`` preset's ``gdn_backend``."""
-    return {"gdn_backend": hw.gdn_prefill_backend} if preset == "vllm" else {}
+    """Preset knob defaults a profile implies: ``gdn_backend`` of ``vllm`` (and ``lmcache``,
+    vLLM's device cache)."""
+    return {"gdn_backend": hw.gdn_prefill_backend} if preset in ("vllm", "lmcache") else {}
 
 
 def hardware(name: str) -> Hardware:

@@ -38,6 +38,66 @@ class Recorder:
 
 
 @dataclass(frozen=True)
+class DisaggStats:
+    """What a ``disagg`` replay measured beyond the prefill instance (``hycache.sim.disagg``):
+    the bytes the prefill instance sent (KV and states, the analytic minimum: no padding), the
+    decode instance's own hits, capacity and peak, and the transfer times."""
+
+    decode_capacity_bytes: int
+    bytes_moved: int
+    kv_bytes_moved: int
+    state_bytes_moved: int
+    #: requests that moved anything / whose prefill did not run (the decode hit covered N-1)
+    transfers: int
+    prefill_skipped: int
+    decode_hit_tokens: int
+    prompt_tokens: int
+    decode_peak_bytes: int
+    decode_overrun_bytes: int
+    decode_evictions: int
+    decode_rejected: int
+    transfer_p50_s: float
+    transfer_p95_s: float
+    #: bytes moved per request, in replay order
+    moved_samples: tuple[int, ...] = ()
+    #: where the decode side resumed (``hycache.sim.disagg.PULLS``) and the prompt tokens it
+    #: computed itself (one per request with ``last``)
+    pull: str = "last"
+    decode_prefill_tokens: int = 0
+
+    @property
+    def bytes_moved_mean(self) -> float:
+        """Bytes moved per request (every request, those that moved nothing included)."""
+        return self.bytes_moved / len(self.moved_samples) if self.moved_samples else 0.0
+
+    @property
+    def decode_hit_rate(self) -> float:
+        """The decode instance's hit tokens as a fraction of all prompt tokens."""
+        return self.decode_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "pull": self.pull,
+            "decode_capacity_bytes": self.decode_capacity_bytes,
+            "decode_prefill_tokens": self.decode_prefill_tokens,
+            "bytes_moved": self.bytes_moved,
+            "bytes_moved_mean": self.bytes_moved_mean,
+            "kv_bytes_moved": self.kv_bytes_moved,
+            "state_bytes_moved": self.state_bytes_moved,
+            "transfers": self.transfers,
+            "prefill_skipped": self.prefill_skipped,
+            "decode_hit_tokens": self.decode_hit_tokens,
+            "decode_hit_rate": self.decode_hit_rate,
+            "decode_peak_bytes": self.decode_peak_bytes,
+            "decode_overrun_bytes": self.decode_overrun_bytes,
+            "decode_evictions": self.decode_evictions,
+            "decode_rejected": self.decode_rejected,
+            "transfer_p50_s": self.transfer_p50_s,
+            "transfer_p95_s": self.transfer_p95_s,
+        }
+
+
+@dataclass(frozen=True)
 class PolicyResult:
     """One policy's replay. Rates are fractions of prompt tokens (or requests)."""
 
@@ -72,12 +132,23 @@ class PolicyResult:
     ttft_samples: tuple[float, ...] = ()
     #: lower tiers: ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved``, ... (None: off)
     tiers: dict[str, object] | None = None
+    #: a ``disagg`` replay: the transfer and the decode instance; the fields above describe
+    #: the prefill instance (its cache, hits and prefill work), TTFT the whole request
+    disagg: DisaggStats | None = None
 
     def as_json(self) -> dict[str, object]:
         """The fields the ``--json`` report promises, plus context; with lower tiers also
         ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved`` (per direction), and
-        ``capacity_overrun_bytes`` then counts every tier."""
+        ``capacity_overrun_bytes`` then counts every tier. A ``disagg`` replay adds
+        ``DisaggStats.as_json`` (``bytes_moved``: prefill -> decode bytes, one integer) and
+        ``prefill_token_hit_rate``, and ``capacity_overrun_bytes`` counts both instances."""
         out = self._json()
+        if self.disagg is not None:
+            out["prefill_token_hit_rate"] = self.token_hit_rate
+            out.update(self.disagg.as_json())
+            out["capacity_overrun_bytes"] = (
+                self.capacity_overrun_bytes + self.disagg.decode_overrun_bytes
+            )
         if self.tiers is not None:
             t = self.tiers
             out["tier_hit_tokens"] = t["tier_hit_tokens"]

@@ -15,7 +15,9 @@ request's prefill ends its prompt and prefill states join the cache (``publish``
 flight hold their locks and memory; a request that does not fit waits; one no cache of this
 size could hold runs alone and uncached once the batch has drained. A step lasts
 ``CostModel.step_time``; while only decodes run, steps are advanced in bulk up to the next
-event (an arrival, a finish or a planned checkpoint).
+event (an arrival, a finish or a planned checkpoint). With tiers below the device, a
+request's loads add to its TTFT what its prefill does not hide (``CostModel.exposed_load``,
+``hycache.sim.prefetch``), after the loads admitted before it: the load link is one resource.
 
 Both modes end a session once it has been idle (nothing waiting or running, its last request
 finished) for more than ``session_idle_s`` seconds of trace time (``hycache.sim.sessions``;
@@ -37,13 +39,14 @@ from hycache.errors import CapacityError, IntegrityError
 from hycache.policy.checkpoint.chunks import in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
+from hycache.sim.prefetch import Prefetch
 from hycache.sim.request import Request
 from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
 
 Tick = Callable[[], None]
 
 
-def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
+def sample_usage(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
     usage = cache.usage()
     kv, state = usage.kv_bytes, usage.state_bytes
     rec.sample(now, kv, state, usage.used_bytes, usage.budget_bytes)
@@ -51,7 +54,7 @@ def _sample(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> 
         rec.timeline.append((now, kv, state))
 
 
-def _result(
+def policy_result(
     cache: HybridPrefixCache, rec: Recorder, mode: str, wall: float, knobs: dict[str, object]
 ) -> PolicyResult:
     s = cache.stats()
@@ -89,7 +92,7 @@ def _result(
     )
 
 
-def _reject(cache: HybridPrefixCache, rec: Recorder, request: Request) -> None:
+def reject_uncached(cache: HybridPrefixCache, rec: Recorder, request: Request) -> None:
     """A request larger than the whole cache: served without caching (a miss), counted. The
     caller records its TTFT."""
     rec.rejected += 1
@@ -103,7 +106,7 @@ def _serve_alone(
     """Engine mode: a request larger than the whole cache runs uncached and alone (it needs
     every byte of the instance), prefill in token-budget chunks then its decode steps.
     Returns the time it finishes; its TTFT counts the wait for the batch to drain."""
-    _reject(cache, rec, request)
+    reject_uncached(cache, rec, request)
     budget = cache.config.token_budget or 8192
     done = 0
     while done < request.prompt_len:
@@ -117,7 +120,7 @@ def _serve_alone(
     return now
 
 
-def _account(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
+def account_prefill(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
     spec = cache.spec
     rec.flops_saved += spec.prefill_flops(0, lease.hit)
     rec.prefill_flops += spec.prefill_flops(lease.hit, lease.prompt_len - lease.hit)
@@ -133,8 +136,10 @@ def replay_serial(
     timeline_every: int = 50,
     reject_oversized: bool = False,
     session_idle_s: float | None = DEFAULT_IDLE_S,
+    prefetch: Prefetch | None = None,
 ) -> PolicyResult:
-    """Look up, then insert input and output at once, request after request."""
+    """Look up, then insert input and output at once, request after request. With tiers,
+    ``prefetch`` says what storage delivers (None: all of it, as it is loaded)."""
     rec = Recorder()
     start = time.perf_counter()
     sessions = SessionClock(cache, session_idle_s)
@@ -149,11 +154,12 @@ def replay_serial(
                 namespace=request.namespace,
                 session=request.session,
                 kernel_grid=False,  # nothing is prefilled: a state may sit anywhere
+                slow_tier_tokens=None if prefetch is None else prefetch.slow_limit(0.0),
             )
         except CapacityError:
             if not reject_oversized:
                 raise
-            _reject(cache, rec, request)
+            reject_uncached(cache, rec, request)
             rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
             sessions.end(request.session, now)
             continue
@@ -165,15 +171,17 @@ def replay_serial(
             cache.record_planned(lease)
         cache.finish(lease)
         sessions.end(request.session, now)
-        _account(cache, rec, lease)
+        account_prefill(cache, rec, lease)
         ttft = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
-        if lease.loaded_bytes_by_tier:
+        if prefetch is not None:
+            ttft += prefetch.ttft_s(cost, lease, ttft, 0.0)
+        elif lease.loaded_bytes_by_tier:
             ttft += cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), ttft)
         rec.ttft_s.append(ttft)
-        _sample(cache, rec, float(index), index % timeline_every == 0)
+        sample_usage(cache, rec, float(index), index % timeline_every == 0)
         if tick is not None:
             tick()
-    return _result(cache, rec, "serial", time.perf_counter() - start, knobs or {})
+    return policy_result(cache, rec, "serial", time.perf_counter() - start, knobs or {})
 
 
 @dataclass
@@ -230,8 +238,10 @@ def replay_engine(
     reject_oversized: bool = False,
     publish: bool = True,
     session_idle_s: float | None = DEFAULT_IDLE_S,
+    prefetch: Prefetch | None = None,
 ) -> PolicyResult:
     """Discrete-event replay of one serving instance (see the module docstring).
+    ``prefetch``: with tiers, what storage delivers while a request waits.
     ``publish``: a request's prompt and prefill states join the cache when its prefill ends
     (``HybridPrefixCache.publish``), as in vLLM and SGLang; else only when it finishes."""
     rec = Recorder()
@@ -242,6 +252,7 @@ def replay_engine(
     waiting: deque[Request] = deque()
     running: list[_Flight] = []
     now = 0.0
+    link_free = 0.0  # when the link loading tiers' data into the device is idle again
     steps = 0
     while pending is not None or waiting or running:
         while pending is not None and pending.arrival_s <= now:
@@ -257,6 +268,7 @@ def replay_engine(
             continue
         while waiting and len(running) < max_running:
             request = waiting[0]
+            waited = now - request.arrival_s
             try:
                 lease = cache.admit(
                     request.prompt,
@@ -264,6 +276,7 @@ def replay_engine(
                     namespace=request.namespace,
                     session=request.session,
                     token_budget=token_budget,
+                    slow_tier_tokens=None if prefetch is None else prefetch.slow_limit(waited),
                 )
             except CapacityError:
                 if not reject_oversized:
@@ -286,14 +299,21 @@ def replay_engine(
             )
             if lease.loaded_bytes_by_tier:
                 alone = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
-                flight.load_s = cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), alone)
+                moved = cost.load_time(lease.loaded_bytes_by_tier)
+                # the load link is one resource: a load queues behind the ones before it
+                queued = max(0.0, link_free - now)
+                link_free = max(now, link_free) + moved
+                if prefetch is not None:
+                    flight.load_s = queued + prefetch.ttft_s(cost, lease, alone, waited)
+                else:
+                    flight.load_s = queued + cost.exposed_load(moved, alone)
             flight.record_due(cache)
             running.append(flight)
-            _account(cache, rec, lease)
+            account_prefill(cache, rec, lease)
         if not running:
             if not waiting:
                 continue
-            raise AssertionError("nothing runs yet requests wait: memory accounting leaked")
+            raise IntegrityError("nothing runs yet requests wait: memory accounting leaked")
         prefill: list[tuple[int, int]] = []
         decoding = [f for f in running if f.done_prefill]
         budget = token_budget - len(decoding)
@@ -352,5 +372,5 @@ def replay_engine(
             running.remove(flight)
             if tick is not None:
                 tick()
-        _sample(cache, rec, now, steps % 64 == 0 or bool(finished))
-    return _result(cache, rec, "engine", time.perf_counter() - start, knobs or {})
+        sample_usage(cache, rec, now, steps % 64 == 0 or bool(finished))
+    return policy_result(cache, rec, "engine", time.perf_counter() - start, knobs or {})

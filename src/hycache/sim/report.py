@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 
+from hycache.errors import ConfigError
 from hycache.sim.metrics import PolicyResult
 
 COLORS = {"vllm": "#d62728", "sglang": "#1f77b4", "marconi": "#2ca02c", "hycache": "#9467bd"}
@@ -44,7 +45,57 @@ def table(results: Mapping[str, PolicyResult]) -> str:
                 f"{r.wall_s:.1f}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return _render(rows)
+
+
+def disagg_table(results: Mapping[str, PolicyResult]) -> str:
+    """The ``disagg`` mode's table: prefill hit rate, decode hit tokens, prefill -> decode
+    bytes (total and per request), prefills skipped, TTFT (transfer included), peaks and
+    overrun of both instances."""
+    rows = [
+        (
+            "policy",
+            "P_token_hit",
+            "D_hit_tokens",
+            "moved_GB",
+            "moved_MB/req",
+            "P_skipped",
+            "ttft_p50",
+            "ttft_p95",
+            "xfer_p95",
+            "P_peak_GB",
+            "D_peak_GB",
+            "overrun",
+            "wall_s",
+        )
+    ]
+    for name, r in results.items():
+        d = r.disagg
+        if d is None:
+            raise ConfigError(f"{name}: not a disagg replay")
+        rows.append(
+            (
+                name,
+                f"{r.token_hit_rate:.4f}",
+                f"{d.decode_hit_tokens}",
+                f"{d.bytes_moved / 1e9:.2f}",
+                f"{d.bytes_moved_mean / 1e6:.1f}",
+                f"{d.prefill_skipped}",
+                f"{r.ttft_p50_s:.3f}s",
+                f"{r.ttft_p95_s:.3f}s",
+                f"{d.transfer_p95_s * 1e3:.2f}ms",
+                f"{r.peak_bytes / 1e9:.2f}",
+                f"{d.decode_peak_bytes / 1e9:.2f}",
+                f"{r.capacity_overrun_bytes + d.decode_overrun_bytes}",
+                f"{r.wall_s:.1f}",
+            )
+        )
+    return _render(rows)
+
+
+def _render(rows: Sequence[Sequence[str]]) -> str:
+    """Rows as aligned columns, the first left-aligned, a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
             c.rjust(w) if i else c.ljust(w)
@@ -54,6 +105,35 @@ def table(results: Mapping[str, PolicyResult]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _counts(value: object) -> dict[str, int | None]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def tier_table(results: Mapping[str, PolicyResult]) -> str | None:
+    """Reused tokens by the tier their KV came from, bytes moved per direction, peak bytes
+    and overrun per tier (None when no policy ran with tiers)."""
+    tiered = {name: r.tiers for name, r in results.items() if r.tiers is not None}
+    if not tiered:
+        return None
+    names = sorted({t for stats in tiered.values() for t in _counts(stats["tier_hit_tokens"])})
+    lower = [t for t in names if t != "device"]
+    header = ("policy", *(f"hit_{t}" for t in ["device", *lower]))
+    header += tuple(f"GB_{t}_down/up" for t in lower) + tuple(f"peak_GB_{t}" for t in lower)
+    header += ("tier_overrun",)
+    rows = [header]
+    for name, stats in tiered.items():
+        hits, moved = _counts(stats["tier_hit_tokens"]), _counts(stats["bytes_moved"])
+        peak, over = _counts(stats["tier_bytes_peak"]), _counts(stats["tier_overrun_bytes"])
+        row = [name, *(str(hits.get(t, 0)) for t in ["device", *lower])]
+        for t in lower:
+            down, up = moved.get(f"device->{t}") or 0, moved.get(f"{t}->device") or 0
+            row.append(f"{down / 1e9:.1f}/{up / 1e9:.1f}")
+        row += [f"{(peak.get(t) or 0) / 1e9:.2f}" for t in lower]
+        row.append(str(sum(v or 0 for v in over.values())))
+        rows.append(tuple(row))
+    return _render(rows)
 
 
 def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
@@ -181,6 +261,12 @@ def render_html(
         body.append(
             f"<h2>capacity {c / 1e9:.2f} GB</h2><pre>{html.escape(table(by_capacity[c]))}</pre>"
         )
+        tiers = tier_table(by_capacity[c])
+        if tiers is not None:
+            body.append(
+                "<h3>Tiers: reused tokens by the tier their KV came from, bytes moved</h3>"
+                f"<pre>{html.escape(tiers)}</pre>"
+            )
         body += [f"<p>{html.escape(n)}</p>" for n in rejected_notes(by_capacity[c])]
     style = "body{font-family:sans-serif;max-width:1320px;margin:2em auto}svg{margin:0.5em}"
     return (

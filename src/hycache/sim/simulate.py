@@ -9,12 +9,15 @@ from typing import Protocol, runtime_checkable
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
 from hycache.cache.tierconfig import TierConfig
+from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
+from hycache.sim.disagg import PULLS, replay_disagg
 from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
+from hycache.sim.prefetch import Prefetch
 from hycache.sim.progress import Progress
 from hycache.sim.replay import replay_engine, replay_serial
 from hycache.sim.request import Request
@@ -25,6 +28,8 @@ from hycache.spec.model import ModelSpec
 Source = Callable[[], Iterable[Request]]
 
 UNLIMITED_BYTES = 1 << 60
+#: replay modes: ``hycache.sim.replay`` (serial, engine) and ``hycache.sim.disagg``
+MODES = ("serial", "engine", "disagg")
 
 
 @runtime_checkable
@@ -50,10 +55,20 @@ class SimulationConfig:
     session_idle_s: float | None = DEFAULT_IDLE_S
     #: a host tier under the device (None: the device alone, as before tiers)
     tiers: TierConfig | None = None
+    #: ``disagg`` mode: the decode instance's capacity in bytes (None: the prefill's), and
+    #: where it resumes (``hycache.sim.disagg.PULLS``)
+    decode_capacity: int | None = None
+    pull: str = "last"
 
     def __post_init__(self) -> None:
-        if self.mode not in ("serial", "engine"):
-            raise ConfigError(f"mode must be 'serial' or 'engine', got {self.mode!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode == "disagg" and self.tiers is not None:
+            raise ConfigError("mode 'disagg' runs without lower tiers (no --host-capacity)")
+        if self.mode != "disagg" and (self.decode_capacity is not None or self.pull != "last"):
+            raise ConfigError("a decode capacity or pull applies to mode 'disagg' only")
+        if self.pull not in PULLS:
+            raise ConfigError(f"pull must be one of {', '.join(PULLS)}, got {self.pull!r}")
         if self.session_idle_s is not None and not self.session_idle_s >= 0:
             raise ConfigError(f"session_idle_s must be >= 0 or None, got {self.session_idle_s}")
         for preset, values in (self.knobs or {}).items():
@@ -97,7 +112,9 @@ def _build(
     knobs.update(extra)
     cache = build_cache(config.spec, capacity, preset, track_ids=False, **knobs)
     if config.tiers is not None:
-        config.tiers.attach(cache)
+        tiers = preset_tiers(config.tiers, preset, resolve_knobs(preset, knobs))
+        if tiers is not None:
+            tiers.attach(cache)
     return cache
 
 
@@ -147,6 +164,8 @@ def run_policy(
         chosen, _ = tune_knobs(replay)
         extra.update(chosen)
     cache = _build(config, preset, capacity, extra)
+    tiers = config.tiers and preset_tiers(config.tiers, preset, resolve_knobs(preset, knobs))
+    prefetch = Prefetch.of(tiers, config.cost) if tiers else None
     shown: dict[str, object] = dict(resolve_knobs(preset, {**knobs, **extra}))
     bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
     try:
@@ -159,6 +178,20 @@ def run_policy(
                 tick=bar.advance,
                 reject_oversized=config.reject_oversized,
                 session_idle_s=config.session_idle_s,
+                prefetch=prefetch,
+            )
+        if config.mode == "disagg":
+            decode = _build(config, preset, config.decode_capacity or capacity, extra)
+            return replay_disagg(
+                cache,
+                decode,
+                source(),
+                config.cost,
+                knobs=shown,
+                tick=bar.advance,
+                reject_oversized=config.reject_oversized,
+                session_idle_s=config.session_idle_s,
+                pull=config.pull,
             )
         budget = cache.config.token_budget or config.token_budget
         return replay_engine(
@@ -170,6 +203,7 @@ def run_policy(
             tick=bar.advance,
             reject_oversized=config.reject_oversized,
             session_idle_s=config.session_idle_s,
+            prefetch=prefetch,
         )
     finally:
         bar.close()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from hycache.tree.node import Node
+
 
 class MovementPolicy(ABC):
     """Decides which device entries reach the host tier."""
@@ -25,5 +27,9 @@ class MovementPolicy(ABC):
         device is copied to the host first (when the host has room)."""
 
     def writes_through(self) -> bool:
-        """Whether inserted KV pages and states are copied to the host at insert time."""
+        """Whether inserted KV pages and states may be copied to the host at insert time."""
         return False
+
+    def through(self, path: list[Node]) -> list[Node]:
+        """Of a just-inserted ``path`` (root side first), the prefix copied to the host now."""
+        return path if self.writes_through() else []
