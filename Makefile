@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[sim]'
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,engine,serve,redis]'
+	$(BIN)/pip install -q -e '.[dev,engine,serve,redis,sim,ray]'
 	touch $@ $(STAMP_RUN)
 
 # The tier tests start their own redis-server (Debian's package) on a free loopback port.

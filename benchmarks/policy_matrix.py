@@ -3,7 +3,7 @@
     python benchmarks/policy_matrix.py [--sources chat,agent,...,mooncake_conversation]
         [--modes serial,engine] [--capacities 5,10,20,40] [--requests 200]
         [--model qwen3-next-80b-a3b] [--jobs 2] [--results matrix.json] [--rerun hycache]
-        [--policies vllm,sglang,marconi]
+        [--policies vllm,sglang,marconi] [--ray | --ray-address ADDR]
 
 Sources: the six built-in workloads (``--requests`` each, seed 0) and the two Mooncake traces in
 ``data/traces``. Capacities are percentages of each source's unlimited footprint
@@ -14,6 +14,11 @@ hycache's number to the best other's.
 
 ``--results`` keeps every finished replay in a JSON file; a later run reuses them, except for
 the presets named by ``--rerun`` (useful while tuning one policy: the others do not change).
+
+Cells run in ``--jobs`` local processes, or as Ray tasks with ``--ray`` (a local ``ray.init()``)
+or ``--ray-address`` (an existing cluster; the 'ray' extra). A cell's result does not depend on
+where it runs. The Mooncake traces are parsed once and kept in the parsed-trace cache
+(``hycache.sim.trace_cache``), so every process loads them in milliseconds.
 """
 
 from __future__ import annotations
@@ -23,15 +28,19 @@ import dataclasses
 import json
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
 
 from hycache.cache.presets import KnobValue
 from hycache.cli.knobs import add_knob_option, knob_overrides
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
-from hycache.sim.trace import read_trace
+from hycache.sim.trace_cache import default_cache_dir, load_trace
 from hycache.sim.workloads import WORKLOADS, generate
 from hycache.spec.model import load_spec
 
@@ -49,7 +58,7 @@ class Source:
 
     def __call__(self):  # type: ignore[no-untyped-def]
         if self.name in MOONCAKE:
-            return read_trace(TRACES / f"{self.name}.jsonl.gz")
+            return load_trace(TRACES / f"{self.name}.jsonl.gz", cache_dir=default_cache_dir())()
         return generate(self.name, requests=self.requests, seed=0)
 
 
@@ -92,6 +101,20 @@ def _cell(
     }
 
 
+class RayExecutor(Executor):
+    """Cells as Ray tasks (``address`` None: a local Ray, one task per core)."""
+
+    def __init__(self, address: str | None) -> None:
+        import ray
+
+        self.ray = ray
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        return self.ray.remote(num_cpus=1)(fn).remote(*args, **kwargs).future()  # type: ignore[no-any-return]
+
+
 def _key(*parts: object) -> str:
     return "|".join(str(p) for p in parts)
 
@@ -104,6 +127,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--model", default="qwen3-next-80b-a3b")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--ray", action="store_true", help="run the cells on a local Ray")
+    parser.add_argument("--ray-address", help="run the cells on this Ray cluster")
     parser.add_argument("--results", default="policy_matrix.json")
     parser.add_argument("--rerun", default="", help="presets to replay again, e.g. hycache")
     parser.add_argument(
@@ -123,7 +148,12 @@ def main() -> int:
     def save() -> None:
         path.write_text(json.dumps(store, indent=1, sort_keys=True))
 
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+    pool: Executor
+    if args.ray or args.ray_address:
+        pool = RayExecutor(args.ray_address)
+    else:
+        pool = ProcessPoolExecutor(max_workers=args.jobs)
+    with pool:
         todo = [(args.model, s, args.requests) for s in sources]
         todo = [t for t in todo if _key("footprint", t[0], t[1], t[2]) not in store]
         for name, footprint in pool.map(_footprint, todo):
@@ -151,17 +181,19 @@ def main() -> int:
             # the longest first: Mooncake replays and Marconi's bootstrap dominate
             cells.sort(key=lambda c: (c[1] not in MOONCAKE, c[5] != "marconi"))
             futures = {pool.submit(_cell, cell): cell for cell in cells}
-            for done, (future, cell) in enumerate(futures.items(), 1):
+            bar = tqdm(total=len(cells), desc=f"{phase} cells", unit="cell", file=sys.stderr)
+            for future, cell in futures.items():
                 _name, metrics = future.result()
                 store[_key(*cell[:6])] = metrics
                 save()
-                print(
-                    f"[{done}/{len(cells)}] {cell[1]} {cell[3]} {cell[4] / 1e9:.2f}GB {cell[5]}: "
+                bar.write(
+                    f"{cell[1]} {cell[3]} {cell[4] / 1e9:.2f}GB {cell[5]}: "
                     f"hit {metrics['token_hit_rate']:.4f} p95 {metrics['ttft_p95_s']:.3f}s "
                     f"({metrics['wall_s']:.1f}s)",
                     file=sys.stderr,
-                    flush=True,
                 )
+                bar.update(1)
+            bar.close()
     if set(chosen) != set(POLICIES):
         return 0  # the table compares all four presets
     return report(store, args.model, args.requests, sources, modes, percents)

@@ -61,3 +61,9 @@ def redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _trace_cache_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsed traces go to a per-test directory, never to the user's cache."""
+    monkeypatch.setenv("HYCACHE_CACHE_DIR", str(tmp_path / "trace-cache"))

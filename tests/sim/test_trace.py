@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from hycache.errors import ConfigError, InputError
 from hycache.sim.request import Request
 from hycache.sim.trace import FORMATS, count_requests, detect_format, read_trace
-from hycache.sim.trace_lines import MAX_TOKEN_ID, OUTPUT_ID_BASE, _ramp
+from hycache.sim.trace_lines import MAX_TOKEN_ID, OUTPUT_ID_BASE
 from hycache.tree.keys import decode_tokens, encode_tokens
+from hycache.tree.runkey import ramp as _ramp
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 CONVERSATION = TRACES / "mooncake_conversation.jsonl.gz"

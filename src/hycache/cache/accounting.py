@@ -23,6 +23,7 @@ from hycache.errors import IntegrityError
 from hycache.memory.pool import MemoryPool
 from hycache.policy.eviction.base import EvictionPolicy
 from hycache.tree.base import SlidePlan
+from hycache.tree.keys import TokenKey
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
 from hycache.tree.window import plan_slide
@@ -146,7 +147,7 @@ class Accounting:
             self.notes.drop_reason(node)
 
     # ------------------------------------------------------------------ tree edits
-    def split_at(self, key: bytes, position: int, ns: str | None) -> Node:
+    def split_at(self, key: TokenKey, position: int, ns: str | None) -> Node:
         """``tree.split_at`` that registers a node the split creates (see ``register_split``)."""
         version = self.tree.version
         node = self.tree.split_at(key, position, ns)
@@ -161,14 +162,16 @@ class Accounting:
             if component.has(upper):
                 self.eviction.on_insert(upper, component)
 
-    def plan_insert(self, key: bytes, ns: str | None, length: int, args: SlideArgs) -> SlidePlan:
+    def plan_insert(self, key: TokenKey, ns: str | None, length: int, args: SlideArgs) -> SlidePlan:
         """The plan of inserting ``key[:length]`` sliding windows (pure)."""
         found = self.tree.match(key, ns)
         return plan_slide(
             self.tree, found, length, start=args.start, anchors=args.anchors, prefix=args.prefix
         )
 
-    def place(self, key: bytes, ns: str | None, length: int, args: SlideArgs) -> SlidePlan | None:
+    def place(
+        self, key: TokenKey, ns: str | None, length: int, args: SlideArgs
+    ) -> SlidePlan | None:
         """Plan the insert of ``key[:length]`` and make room for it; None (nothing evicted
         beyond what a first try did) when eviction cannot. Plans again while eviction changed
         the tree under the plan: it may have removed path nodes the plan counted on."""
@@ -179,7 +182,7 @@ class Accounting:
             if plan.found.tree_version == self.tree.version:
                 return plan
 
-    def insert_path(self, key: bytes, ns: str | None, plan: SlidePlan) -> list[Node]:
+    def insert_path(self, key: TokenKey, ns: str | None, plan: SlidePlan) -> list[Node]:
         """Insert ``key`` as ``plan`` says (room already made) and register its KV entries."""
         path = self.tree.insert(key, ns, slide=plan)
         for node in path:

@@ -15,7 +15,7 @@ from hycache.cache.stats import Counters
 from hycache.errors import CapacityError
 from hycache.policy.checkpoint.base import CheckpointPolicy, PlanInput
 from hycache.policy.eviction.base import EvictionPolicy
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, TokenKey
 from hycache.tree.node import Node
 
 
@@ -59,7 +59,7 @@ class Admitter:
 
     def admit(
         self,
-        key: bytes,
+        key: TokenKey,
         max_new_tokens: int,
         namespace: str | None,
         session: str | None,
@@ -171,7 +171,7 @@ class Admitter:
         full = pages_on(self.accounting, kv_locked.path_from_root(), hit, kv_locked.end)
         return full.get("full", ())
 
-    def _count_match(self, key: bytes, n: int, hit: int, kv_hit: int, path: list[Node]) -> None:
+    def _count_match(self, key: TokenKey, n: int, hit: int, kv_hit: int, path: list[Node]) -> None:
         c = self.counters
         c.requests += 1
         c.prompt_tokens += n
@@ -187,7 +187,7 @@ class Admitter:
             else:
                 c.component_misses[component.name] += 1
 
-    def _from_published(self, key: bytes, hit: int) -> int:
+    def _from_published(self, key: TokenKey, hit: int) -> int:
         """Tokens of the hit that a request still in flight published past its own hit (they
         would be missing had it not published its prompt when its prefill ended)."""
         best = 0

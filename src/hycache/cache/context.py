@@ -14,9 +14,14 @@ from hycache.spec.model import ModelSpec
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
 
+#: Remembered ``prefill_flops`` results before the memo starts over (about 100 bytes each).
+FLOPS_MEMO_ENTRIES = 1 << 16
+
 
 class CacheView:
-    """Implements ``hycache.policy.eviction.base.EvictionContext`` over the cache's parts."""
+    """Implements ``hycache.policy.eviction.base.EvictionContext`` over the cache's parts.
+    ``prefill_flops`` is remembered per ``(start, length)``: a policy values the same entries
+    again and again, and the spec's sum over its layer groups is a pure function."""
 
     def __init__(
         self,
@@ -33,6 +38,7 @@ class CacheView:
         self._notes = notes
         self._holds = holds
         self._counters = counters
+        self._flops: dict[tuple[int, int], float] = {}
 
     @property
     def clock(self) -> int:
@@ -62,7 +68,13 @@ class CacheView:
         return self._accounting.pool.resource_of(kind)
 
     def prefill_flops(self, start: int, length: int) -> float:
-        return self._spec.prefill_flops(start, length)
+        memo = self._flops
+        flops = memo.get((start, length))
+        if flops is None:
+            if len(memo) >= FLOPS_MEMO_ENTRIES:
+                memo.clear()
+            flops = memo[(start, length)] = self._spec.prefill_flops(start, length)
+        return flops
 
     def is_live(self, node: Node) -> bool:
         return self._notes.is_live(node)

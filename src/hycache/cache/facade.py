@@ -54,9 +54,10 @@ from hycache.policy.checkpoint.base import CheckpointPolicy
 from hycache.policy.eviction.base import EvictionPolicy
 from hycache.policy.movement.base import MovementPolicy
 from hycache.spec.model import ModelSpec
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, TokenKey
 from hycache.tree.node import Node
 from hycache.tree.radix import RadixTree
+from hycache.tree.runkey import RunKey
 
 
 class HybridPrefixCache:
@@ -186,7 +187,7 @@ class HybridPrefixCache:
         if tiering is None:
             return self.admitter.admit(key, new, ns, sess, budget, grid)
         self.admitter.check_fits(len(key) // TOKEN_BYTES, new, budget)
-        loaded = tiering.load_back(key, ns, slow)
+        loaded = tiering.load_back(bytes(key), ns, slow)  # lower tiers hash encoded pages
         lease = self.admitter.admit(key, new, ns, sess, budget, grid)
         if isinstance(lease, Lease):
             lease.tier_tokens = tiering.count_hit(lease.hit, loaded)
@@ -258,7 +259,12 @@ class HybridPrefixCache:
             raise CacheUsageError(
                 f"request {lease.request_id}: more than max_new_tokens={lease.max_new_tokens}"
             )
-        lease.fed += key
+        if isinstance(key, RunKey) or lease.fed_runs is not None:
+            done = lease.fed_runs if lease.fed_runs is not None else bytes(lease.fed)
+            lease.fed_runs = RunKey.of_key(done) + key
+            lease.fed.clear()
+        else:
+            lease.fed += key
 
     def window_loaded_from(self, lease: Lease, position: int) -> None:
         """The engine resumes the prompt past ``lease.hit`` with KV loaded from storage of its
@@ -296,10 +302,10 @@ class HybridPrefixCache:
         caller writes the request's KV into ``FinishResult.pages``."""
         lease = self.in_flight.require(lease)
         result = self.inserter.finish(lease)
-        self._write_through(bytes(lease.key) + bytes(lease.fed), lease.namespace)
+        self._write_through(lease.full_key, lease.namespace)
         return result
 
-    def _write_through(self, key: bytes, ns: str | None) -> None:
+    def _write_through(self, key: TokenKey, ns: str | None) -> None:
         tiering = self.tiering
         if tiering is None or not tiering.movement.writes_through():
             return

@@ -27,7 +27,7 @@ from hycache.cache.lease import Lease
 from hycache.cache.registry import InFlight
 from hycache.components.full import FullComponent
 from hycache.tree.base import MatchResult
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, TokenKey
 from hycache.tree.node import Node
 
 #: a request waits for a spare checkpoint slot only while a slot is at most this share of the
@@ -74,7 +74,9 @@ class Holds:
         upto = min(result.kv_hit, max(held))
         return upto - upto % self.page_size
 
-    def wants_spare(self, key: bytes, namespace: str | None, hit: int, result: MatchResult) -> bool:
+    def wants_spare(
+        self, key: TokenKey, namespace: str | None, hit: int, result: MatchResult
+    ) -> bool:
         """With ``reserve_checkpoint_slot``: whether a request prefilling from ``hit`` reserves
         a state slot with its working set (and waits for it), so that a full pool cannot make
         it skip its prefill checkpoint. Only for a shared prefix's state (attention matched
@@ -96,7 +98,7 @@ class Holds:
         return not any(
             lease.spare_for == kv_hit
             and lease.namespace == namespace
-            and lease.key.startswith(prefix)
+            and lease.key[: len(prefix)] == prefix
             for lease in self.in_flight
         )
 

@@ -15,7 +15,7 @@ from hycache.cache.lease import FinishResult, Lease, PageRef, PublishResult
 from hycache.cache.registry import InFlight, NodeNotes
 from hycache.cache.states import StateStore
 from hycache.cache.windows import slide_args
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, TokenKey
 from hycache.tree.node import Node
 
 
@@ -153,7 +153,7 @@ class Inserter:
     def _store(
         self,
         path: list[Node],
-        key: bytes,
+        key: TokenKey,
         ns: str | None,
         candidates: dict[int, tuple[int, str]],
         cached: int,

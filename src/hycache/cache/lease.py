@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hycache.policy.checkpoint.base import PrefillPlan
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, TokenKey
 from hycache.tree.node import Node
+from hycache.tree.runkey import RunKey
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Lease:
     position -> (slot id, reason)."""
 
     request_id: int
-    key: bytes
+    key: TokenKey
     prompt_len: int
     max_new_tokens: int
     namespace: str | None
@@ -67,6 +68,8 @@ class Lease:
     #: how far ``publish`` made the prompt part of the cache (0: not published)
     published_upto: int = 0
     fed: bytearray = field(default_factory=bytearray)
+    #: the decoded tokens fed back, when one of them came as a run key (``fed`` is empty then)
+    fed_runs: RunKey | None = None
     #: lower tiers: tokens of ``hit`` whose KV was loaded from each, and the bytes each
     #: moved up to the device
     tier_tokens: dict[str, int] = field(default_factory=dict)
@@ -93,10 +96,14 @@ class Lease:
     @property
     def length(self) -> int:
         """Tokens with KV so far: the prompt plus the decoded tokens fed back."""
-        return self.prompt_len + len(self.fed) // TOKEN_BYTES
+        fed = self.fed if self.fed_runs is None else self.fed_runs
+        return self.prompt_len + len(fed) // TOKEN_BYTES
 
     @property
-    def full_key(self) -> bytes:
+    def full_key(self) -> TokenKey:
+        """The prompt's key followed by the decoded tokens fed back."""
+        if self.fed_runs is not None:
+            return self.key + self.fed_runs
         return self.key + bytes(self.fed)
 
 

@@ -17,7 +17,7 @@ from hycache.cache.registry import NodeNotes
 from hycache.cache.stats import Counters
 from hycache.components.recurrent import RecurrentComponent
 from hycache.policy.admission import AdmissionPolicy
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, TokenKey
 from hycache.tree.node import Node
 
 
@@ -46,7 +46,7 @@ class StateStore:
     def store_state(
         self,
         path: list[Node],
-        key: bytes,
+        key: TokenKey,
         ns: str | None,
         position: int,
         slot: int,
@@ -58,7 +58,7 @@ class StateStore:
         if position > cached:
             return False
         if self.admission.uses_sightings:
-            digest = hashlib.blake2b(key[: position * TOKEN_BYTES], digest_size=16)
+            digest = hashlib.blake2b(bytes(key[: position * TOKEN_BYTES]), digest_size=16)
             digest.update(repr(ns).encode())
             sighting = digest.digest()
         else:
@@ -82,7 +82,7 @@ class StateStore:
     def store_states(
         self,
         path: list[Node],
-        key: bytes,
+        key: TokenKey,
         ns: str | None,
         candidates: dict[int, tuple[int, str]],
         cached: int,

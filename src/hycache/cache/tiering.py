@@ -26,7 +26,7 @@ from hycache.components.base import Component
 from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.policy.movement.base import MovementPolicy
-from hycache.tree.keys import TOKEN_BYTES
+from hycache.tree.keys import TOKEN_BYTES, concat
 from hycache.tree.node import Node
 
 
@@ -83,7 +83,7 @@ class Tiering:
 
     # ------------------------------------------------------------------ demotion
     def _links(self, node: Node) -> tuple[bytes, list[bytes]]:
-        key = b"".join(n.key for n in node.path_from_root())
+        key = bytes(concat(n.key for n in node.path_from_root()))
         return key, chain(key, node.namespace, node.end // self.page, self.page)
 
     def _put_state(self, key: bytes, links: list[bytes], ns: str | None, end: int) -> None:

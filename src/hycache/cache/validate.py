@@ -11,11 +11,14 @@ from collections.abc import Sequence
 
 from hycache.errors import ArgumentError
 from hycache.tree.keys import TOKEN_BYTES, TokenKey, encode_tokens
+from hycache.tree.runkey import RunKey
 
 
 def token_key(name: str, tokens: object) -> TokenKey:
     """``tokens`` (a sequence of int token ids, an ``array('q')`` or an encoded ``bytes`` key)
-    as a key."""
+    as a key; a run key passes as it is."""
+    if isinstance(tokens, RunKey):
+        return tokens
     if isinstance(tokens, bytes):
         if len(tokens) % TOKEN_BYTES:
             raise ArgumentError(

@@ -31,14 +31,14 @@ from hycache.cli.output import check_distinct, output_arg, write_atomically
 from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
 from hycache.policy.movement.registry import MOVEMENT_POLICIES
+from hycache.sim.cells import Cell, Parallel, run_cells
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.report import disagg_table, rejected_notes, render_html, table, tier_table
 from hycache.sim.request import Request
-from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes, simulate
-from hycache.sim.trace import count_requests, read_trace
+from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
 from hycache.sim.workloads import WORKLOADS, generate
@@ -65,6 +65,12 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace: replay only the first N (default all)",
     )
     parser.add_argument("--seed", type=int, help="--workload only: generator seed (default 0)")
+    parser.add_argument(
+        "--trace-cache",
+        default=None,
+        help="--trace only: keep parsed traces in this directory, keyed by the file's content "
+        "(default $HYCACHE_CACHE_DIR or ~/.cache/hycache/traces; 'none': parse every run)",
+    )
     parser.add_argument(
         "--model", required=True, help="named spec (e.g. qwen3-next-80b-a3b) or a config.json"
     )
@@ -102,6 +108,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
     parser.add_argument("--report", type=output_arg, help="write a self-contained HTML report")
     parser.add_argument("--progress", action="store_true", help="force progress bars")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the replays (one per preset and capacity) as Ray tasks on a local Ray, one "
+        "per core; the results are the serial run's (needs the 'ray' extra)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        help="run the replays as Ray tasks on this existing Ray cluster (implies --parallel)",
+    )
     parser.add_argument(
         "--host-capacity",
         type=size_arg,
@@ -173,11 +190,15 @@ def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
         path = str(args.trace)
         if not Path(path).is_file():
             raise InputError(path, "no such trace file")
-        total = count_requests(path)
-        limit: int | None = args.requests
-        if limit is not None:
-            total = min(total, limit)
-        return (lambda: read_trace(path, limit=limit)), total, Path(path).name
+        from hycache.sim.trace_cache import default_cache_dir, load_trace  # needs numpy
+
+        cache: str | Path | None = args.trace_cache or default_cache_dir()
+        if str(cache).strip().lower() == "none":
+            cache = None
+        parsed = load_trace(path, limit=args.requests, cache_dir=cache)
+        return parsed, len(parsed), Path(path).name
+    if args.trace_cache is not None:
+        raise ConfigError("--trace-cache applies to --trace only")
     name = args.workload
     n = DEFAULT_REQUESTS if args.requests is None else args.requests
     seed = 0 if args.seed is None else args.seed
@@ -300,6 +321,20 @@ def _tier_line(tiers: TierConfig) -> str:
     return line
 
 
+def _sweep(
+    args: argparse.Namespace,
+    config: SimulationConfig,
+    source: Source,
+    capacities: Sequence[int],
+    total: int,
+) -> dict[int, dict[str, PolicyResult]]:
+    """Every preset at every capacity, serial or on Ray (``--parallel``, ``--ray-address``)."""
+    parallel = Parallel(args.ray_address) if args.parallel or args.ray_address else None
+    cells = [Cell(c, p) for c in capacities for p in args.policy]
+    results = run_cells(config, source, cells, total=total, parallel=parallel)
+    return {c: {p: results[Cell(c, p)] for p in args.policy} for c in capacities}
+
+
 def _print_results(results: dict[str, PolicyResult]) -> None:
     disagg = all(r.disagg is not None for r in results.values())
     print(disagg_table(results) if disagg else table(results))
@@ -322,7 +357,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         [decode] = resolve([args.decode_capacity], footprint)
         config = dataclasses.replace(config, decode_capacity=decode.nbytes)
         check_capacities(config, source(), [decode], args.policy, label)
-    results = simulate(config, source, capacity.nbytes, args.policy, total=total)
+    results = _sweep(args, config, source, [capacity.nbytes], total)[capacity.nbytes]
     shown = _shown(capacity, footprint)
     if decode is not None:
         shown += f", decode capacity {_shown(decode, footprint)}"
@@ -348,11 +383,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     capacities = _capacities(config, source, args.capacities, footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
     notes = [f"unlimited footprint (all KV + branch and end states): {footprint / 1e9:.2f} GB"]
-    by_capacity: dict[int, dict[str, PolicyResult]] = {}
     print(f"{label}, {args.model}, {args.mode} mode; {notes[0]}")
+    by_capacity = _sweep(args, config, source, [c.nbytes for c in capacities], total)
     for capacity in capacities:
-        results = simulate(config, source, capacity.nbytes, args.policy, total=total)
-        by_capacity[capacity.nbytes] = results
+        results = by_capacity[capacity.nbytes]
         share = capacity.nbytes / footprint if footprint else 0.0
         print(f"\ncapacity {capacity.nbytes / 1e9:.2f} GB ({share:.0%} of footprint)")
         _print_results(results)

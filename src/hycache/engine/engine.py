@@ -302,7 +302,7 @@ class Engine:
             raise IntegrityError(f"prefill stopped at {pos} of {n} tokens")
         result.prefill_s = time.perf_counter() - started
         self.faults.end_request(lease.request_id)
-        self.transfer.kv_to_tiers(dc, lease.key, ns, kv_start, start, n)
+        self.transfer.kv_to_tiers(dc, bytes(lease.key), ns, kv_start, start, n)
         if self.publish:
             published = self.cache.publish(lease)
             if published.cached_tokens and self.inject == "unwritten-publish":
@@ -316,7 +316,7 @@ class Engine:
                             stale.append(ref.page)
                     self.faults.pages_corrupted(kind, stale)
             elif published.cached_tokens:
-                self.transfer.scatter(lease.key, ns, dc, kv_start, pos, published.pages)
+                self.transfer.scatter(bytes(lease.key), ns, dc, kv_start, pos, published.pages)
         if self.prefill_sink is not None:
             self.prefill_sink.send(lease, dc)
         result.logits.append(logits)
@@ -357,7 +357,7 @@ class Engine:
             fed = output  # the bug: the last token's KV was never computed
         if fed:
             self.cache.extend(lease, fed)
-        full_key = lease.full_key
+        full_key = bytes(lease.full_key)  # the engine's keys are encoded ids
         tags = PrefixTags(ns, full_key)
         checkpoints.flush(lease, dc, tags, deferred, pos, result, after_forward=False, force=True)
         final = lease.final_state_slot
@@ -377,7 +377,7 @@ class Engine:
             return None
         extension = plan_extension(
             tiers,
-            lease.key,
+            bytes(lease.key),
             ns,
             hit=lease.hit,
             prompt_len=lease.prompt_len,

@@ -167,10 +167,21 @@ class CostModel:
         """Bytes one decode step over a batch reads and writes: the weights
         ``len(context_lens)`` tokens touch, every sequence's context KV (sliding window capped),
         its new token's KV, and its recurrent state read + written."""
-        for c in context_lens:
-            _check_len(context=c)
-        seqs = sum(self._sequence_bytes(c, 1) for c in context_lens)
-        return self.weight_bytes(len(context_lens)) + seqs
+        return self.weight_bytes(len(context_lens)) + self._decode_sequences_bytes(context_lens)
+
+    def _decode_sequences_bytes(self, contexts: Sequence[int]) -> int:
+        """``sum(_sequence_bytes(c, 1) for c in contexts)``, in closed form (integers: the same
+        number, without a call per sequence)."""
+        if not contexts:
+            return 0
+        lowest = min(contexts)
+        if lowest < 0:
+            raise ValueError(f"context must be >= 0, got {lowest}")
+        total = self._full_kv * sum(contexts)
+        if self._swa_kv:
+            window = self._window
+            total += self._swa_kv * sum(c if c < window else window for c in contexts)
+        return total + len(contexts) * (self._kv_per_token + self._state_rw)
 
     def step_flops(
         self, prefill_tokens: Sequence[tuple[int, int]], decode_contexts: Sequence[int]
@@ -194,9 +205,7 @@ class CostModel:
             if new:
                 tokens += new
                 seqs += self._sequence_bytes(cached, new)
-        for c in decode_contexts:
-            _check_len(context=c)
-            seqs += self._sequence_bytes(c, 1)
+        seqs += self._decode_sequences_bytes(decode_contexts)
         return self.weight_bytes(tokens) + seqs
 
     # ------------------------------------------------------------------ time

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
-from hycache.tree.keys import TOKEN_BYTES, encode_tokens
+from hycache.tree.keys import TOKEN_BYTES, TokenKey, encode_tokens
 
 
 @dataclass(frozen=True)
@@ -13,15 +14,16 @@ class Request:
     """A prompt and what the model answers.
 
     ``prompt``: the prompt's token ids as an encoded key (int64 bytes, see
-    :mod:`hycache.tree.keys`). ``output``: the answer's token ids, same encoding (a trace that
-    only gives a length gets deterministic ids unique to the request). ``arrival_s``: seconds
+    :mod:`hycache.tree.keys`; a parsed block-hashed trace gives a run key of the same ids).
+    ``output``: the answer's token ids, same encoding (a trace that only gives a length gets
+    deterministic ids unique to the request). ``arrival_s``: seconds
     since the start of the trace. ``session``: conversation/agent id (None: one-off).
     """
 
     request_id: str
     arrival_s: float
-    prompt: bytes
-    output: bytes
+    prompt: TokenKey
+    output: TokenKey
     session: str | None = None
     namespace: str | None = None
 
@@ -41,10 +43,10 @@ class Request:
             request_id, arrival_s, encode_tokens(prompt), encode_tokens(output), session, namespace
         )
 
-    @property
+    @cached_property
     def prompt_len(self) -> int:
         return len(self.prompt) // TOKEN_BYTES
 
-    @property
+    @cached_property
     def output_len(self) -> int:
         return len(self.output) // TOKEN_BYTES

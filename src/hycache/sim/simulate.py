@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
@@ -29,6 +30,14 @@ Source = Callable[[], Iterable[Request]]
 UNLIMITED_BYTES = 1 << 60
 #: replay modes: ``hycache.sim.replay`` (serial, engine) and ``hycache.sim.disagg``
 MODES = ("serial", "engine", "disagg")
+
+
+@runtime_checkable
+class PrefixSource(Protocol):
+    """A source whose first ``stop`` requests are cheap to read again (a parsed trace): the
+    bootstrap replays read their window from it instead of holding it in a list."""
+
+    def head(self, stop: int) -> Iterator[Request]: ...
 
 
 @dataclass(frozen=True)
@@ -66,23 +75,29 @@ class SimulationConfig:
             resolve_knobs(preset, values)
 
 
-def _bootstrap_window(
-    source: Source, spec: ModelSpec, capacity: int, multiplier: int
-) -> list[Request]:
-    """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests."""
+def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> Source:
+    """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests, as a
+    source (a list, unless ``source`` is a :class:`PrefixSource`)."""
     window: list[Request] = []
+    keep = not isinstance(source, PrefixSource)
+    count = 0
     filled = 0
     fill_count: int | None = None
     per_token = spec.kv_bytes_per_token
     for request in source():
-        window.append(request)
+        count += 1
+        if keep:
+            window.append(request)
         if fill_count is None:
             filled += (request.prompt_len + request.output_len) * per_token + 2 * spec.state_bytes
             if filled >= capacity:
-                fill_count = len(window)
-        if fill_count is not None and len(window) >= multiplier * fill_count:
+                fill_count = count
+        if fill_count is not None and count >= multiplier * fill_count:
             break
-    return window
+    if isinstance(source, PrefixSource):
+        prefix = source
+        return lambda: prefix.head(count)
+    return lambda: window
 
 
 def preset_knobs(config: SimulationConfig, preset: str) -> dict[str, object]:
@@ -122,7 +137,7 @@ def run_policy(
             cache = _build(config, preset, capacity, {"alpha": alpha})
             return replay_serial(
                 cache,
-                window,
+                window(),
                 config.cost,
                 reject_oversized=True,
                 session_idle_s=config.session_idle_s,
@@ -139,7 +154,7 @@ def run_policy(
             cache = _build(config, preset, capacity, choice)
             replay_serial(
                 cache,
-                window,
+                window(),
                 config.cost,
                 reject_oversized=True,
                 session_idle_s=config.session_idle_s,

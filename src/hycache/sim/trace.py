@@ -44,7 +44,7 @@ from typing import IO
 
 from hycache.errors import ConfigError, InputError, IntegrityError
 from hycache.sim.request import Request
-from hycache.sim.trace_lines import PARSERS, LineError, Obj, describe, is_int
+from hycache.sim.trace_lines import PARSERS, Line, LineError, Obj, describe, is_int
 
 #: The trace formats :func:`read_trace` understands, as :func:`detect_format` names them.
 FORMATS: tuple[str, ...] = ("mooncake", "marconi", "hycache")
@@ -151,6 +151,13 @@ def read_trace(
     detection. A malformed line raises InputError (file, line, reason) when it is reached; the
     requests before it have been yielded already.
     """
+    return (line.request() for line in read_lines(path, limit=limit, trace_format=trace_format))
+
+
+def read_lines(
+    path: PathLike, *, limit: int | None = None, trace_format: str | None = None
+) -> Iterator[Line]:
+    """As :func:`read_trace`, the parsed lines (token sequences not expanded yet)."""
     if limit is not None and (not is_int(limit) or limit < 0):
         raise ConfigError(f"trace limit must be a non-negative integer, got {limit!r}")
     if trace_format is not None and trace_format not in FORMATS:
@@ -158,11 +165,11 @@ def read_trace(
     return _read(path, limit, trace_format)
 
 
-def _read(path: PathLike, limit: int | None, trace_format: str | None) -> Iterator[Request]:
+def _read(path: PathLike, limit: int | None, trace_format: str | None) -> Iterator[Line]:
     if limit == 0:
         return
     name = os.fspath(path)
-    parse: Callable[[Obj, int], Request] | None = None
+    parse: Callable[[Obj, int], Line] | None = None
     yielded = 0
     first = True
     for number, raw in _lines(path):
@@ -177,10 +184,10 @@ def _read(path: PathLike, limit: int | None, trace_format: str | None) -> Iterat
                     continue
             if parse is None:
                 raise IntegrityError("parse missing")
-            request = parse(obj, number)
+            parsed = parse(obj, number)
         except LineError as exc:
             raise InputError(name, str(exc), line=number) from None
-        yield request
+        yield parsed
         yielded += 1
         if limit is not None and yielded >= limit:
             return

@@ -1,18 +1,22 @@
 """One line of a trace file, parsed: the Mooncake, Marconi and hycache JSONL formats
 (described in ``hycache.sim.trace``), block-hash expansion and synthetic output ids. A
-malformed line raises ``LineError`` with the reason; the reader adds the file and line."""
+malformed line raises ``LineError`` with the reason; the reader adds the file and line.
+
+A parsed line (:class:`Line`) keeps each token sequence compact: explicit ids as an encoded
+key, block-hashed prompts and synthetic outputs as runs of consecutive ids (``Runs``), which
+:func:`expand` turns into the same key the ids would encode to."""
 
 from __future__ import annotations
 
 import math
-import sys
-from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hycache.errors import IntegrityError
 from hycache.sim.request import Request
-from hycache.tree.keys import encode_tokens
+from hycache.tree.keys import TokenKey, encode_tokens
+from hycache.tree.runkey import RunKey, ramp
 
 #: Tokens per Mooncake hash id.
 MOONCAKE_BLOCK_SIZE = 512
@@ -44,6 +48,45 @@ _HYCACHE_KEYS = frozenset(
 )
 
 Obj = dict[str, Any]
+#: Runs of consecutive token ids: ``(first id, count)`` pairs, each count >= 1.
+Runs = tuple[tuple[int, int], ...]
+#: One token sequence of a parsed line: an encoded key, or runs of consecutive ids.
+Part = bytes | Runs
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A trace line, validated; ``prompt``/``output`` not expanded yet (see :func:`expand`)."""
+
+    request_id: str
+    arrival_s: float
+    prompt: Part
+    output: Part
+    session: str | None = None
+    namespace: str | None = None
+
+    def request(self, *, runs: bool = False) -> Request:
+        """The request; ``runs``: runs of ids as run keys, else expanded to encoded keys."""
+        return Request(
+            self.request_id,
+            self.arrival_s,
+            expand(self.prompt, runs=runs),
+            expand(self.output, runs=runs),
+            self.session,
+            self.namespace,
+        )
+
+
+def expand(part: Part, *, runs: bool = False) -> TokenKey:
+    """The key of ``part``: an encoded key as it is; runs as a run key (``runs``) or expanded to
+    the encoded key of their ids (the same ids: a cache treats both alike)."""
+    if isinstance(part, bytes):
+        return part
+    if runs:
+        return RunKey.of_runs(part)
+    if len(part) == 1:
+        return ramp(*part[0])
+    return b"".join(ramp(start, count) for start, count in part)
 
 
 class LineError(Exception):
@@ -121,39 +164,9 @@ def _int_list(obj: Obj, key: str, *, allow_empty: bool, bound: int = MAX_TOKEN_I
     return value
 
 
-_WINDOW = 1 << 16
-_LITTLE = sys.byteorder == "little"
-_RAMP: list[memoryview] = []
-
-
-def _ramp(start: int, length: int) -> bytes:
-    """The encoded ids ``start .. start+length-1`` (``0 <= start``, end ``< 2**63``).
-
-    Much faster than ``array('q', range(...))`` for long runs: the low 16 bits of each id are
-    copied from one precomputed ramp, the high bytes are set with one strided store per byte.
-    """
-    if length <= 64:
-        return array("q", range(start, start + length)).tobytes()
-    if not _RAMP:
-        _RAMP.append(memoryview(array("q", range(_WINDOW)).tobytes()))
-    ramp = _RAMP[0]
-    parts: list[bytearray] = []
-    pos, end = start, start + length
-    while pos < end:
-        high, low = divmod(pos, _WINDOW)
-        count = min(end - pos, _WINDOW - low)
-        chunk = bytearray(ramp[low * 8 : (low + count) * 8])
-        if high:
-            for index, value in enumerate((high << 16).to_bytes(8, "little")):
-                if value:
-                    chunk[(index if _LITTLE else 7 - index) :: 8] = bytes((value,)) * count
-        parts.append(chunk)
-        pos += count
-    return b"".join(parts)
-
-
-def _expand_blocks(hashes: list[int], block_size: int, length: int, key: str) -> bytes:
-    """Token ids ``h*block_size + i`` for each hash, the last block cut to fit ``length``."""
+def _block_runs(hashes: list[int], block_size: int, length: int, key: str) -> Runs:
+    """Token ids ``h*block_size + i`` for each hash, the last block cut to fit ``length``, as
+    runs (consecutive hash ids make one run)."""
     if length > MAX_INPUT_LENGTH:
         raise LineError(f"input_length {length} is too large (must be <= {MAX_INPUT_LENGTH})")
     needed = -(-length // block_size)
@@ -168,37 +181,37 @@ def _expand_blocks(hashes: list[int], block_size: int, length: int, key: str) ->
             f"{key} too long: input_length {length} needs {needed} blocks of {block_size}, "
             f"got {len(hashes)}"
         )
-    # consecutive hash ids are one contiguous run of ids: expand each run at once
-    parts: list[bytes] = []
+    # consecutive hash ids are one contiguous run of ids
+    runs: list[tuple[int, int]] = []
     run_start = hashes[0]
     run_blocks = 1
     for h in hashes[1:]:
         if h == run_start + run_blocks:
             run_blocks += 1
         else:
-            parts.append(_ramp(run_start * block_size, run_blocks * block_size))
+            runs.append((run_start * block_size, run_blocks * block_size))
             run_start, run_blocks = h, 1
     tail = length - (needed - 1) * block_size
-    parts.append(_ramp(run_start * block_size, (run_blocks - 1) * block_size + tail))
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    runs.append((run_start * block_size, (run_blocks - 1) * block_size + tail))
+    return tuple(runs)
 
 
-def _synthetic_output(line: int, length: int) -> bytes:
+def _synthetic_output(line: int, length: int) -> Runs:
     """``length`` ids unique to the request on ``line``, above every prompt id."""
     if length >= OUTPUT_ID_STRIDE:
         raise LineError(f"output_length {length} is too large (must be < {OUTPUT_ID_STRIDE})")
     if line > _MAX_LINE:
         raise LineError("too many lines for synthetic output ids")
-    return _ramp(OUTPUT_ID_BASE + line * OUTPUT_ID_STRIDE, length)
+    return ((OUTPUT_ID_BASE + line * OUTPUT_ID_STRIDE, length),) if length else ()
 
 
-def _parse_mooncake(obj: Obj, line: int) -> Request:
+def _parse_mooncake(obj: Obj, line: int) -> Line:
     timestamp = _time_field(obj, "timestamp")
     length = _int_field(obj, "input_length", minimum=1)
     out_len = _int_field(obj, "output_length", minimum=0)
     hashes = _int_list(obj, "hash_ids", allow_empty=False, bound=MAX_MOONCAKE_HASH)
-    prompt = _expand_blocks(hashes, MOONCAKE_BLOCK_SIZE, length, "hash_ids")
-    return Request(
+    prompt = _block_runs(hashes, MOONCAKE_BLOCK_SIZE, length, "hash_ids")
+    return Line(
         request_id=str(line),
         arrival_s=timestamp / 1000.0,
         prompt=prompt,
@@ -217,7 +230,7 @@ def _id_text(obj: Obj, key: str, *, optional: bool) -> str | None:
     raise LineError(f"field {key!r} must be a string or an integer, got {describe(value)}")
 
 
-def _parse_marconi(obj: Obj, line: int) -> Request:
+def _parse_marconi(obj: Obj, line: int) -> Line:
     session = _id_text(obj, "session_id", optional=False)
     arrival = _time_field(obj, "ts")
     prompt = _int_list(obj, "input_tokens", allow_empty=False)
@@ -237,7 +250,7 @@ def _parse_marconi(obj: Obj, line: int) -> Request:
         request_id = f"{session}:{turn}"
     else:
         request_id = str(line)
-    return Request(
+    return Line(
         request_id=request_id,
         arrival_s=arrival,
         prompt=encode_tokens(prompt),
@@ -254,7 +267,7 @@ def _exactly_one(obj: Obj, first: str, second: str) -> str:
     return first if has_first else second
 
 
-def _parse_hycache(obj: Obj, line: int) -> Request:
+def _parse_hycache(obj: Obj, line: int) -> Line:
     unknown = sorted(set(obj) - _HYCACHE_KEYS)
     if unknown:
         raise LineError(f"unknown field(s) {', '.join(map(repr, unknown))}")
@@ -266,6 +279,8 @@ def _parse_hycache(obj: Obj, line: int) -> Request:
     namespace = obj.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise LineError(f"field 'namespace' must be a string or null, got {describe(namespace)}")
+    prompt: Part
+    output: Part
     if _exactly_one(obj, "tokens", "block_hashes") == "tokens":
         extra = sorted(k for k in ("block_size", "input_length") if k in obj)
         if extra:
@@ -276,12 +291,12 @@ def _parse_hycache(obj: Obj, line: int) -> Request:
         length = _int_field(obj, "input_length", minimum=1)
         bound = MAX_TOKEN_ID // block_size  # every h*block_size + i stays < 2**40
         hashes = _int_list(obj, "block_hashes", allow_empty=False, bound=bound)
-        prompt = _expand_blocks(hashes, block_size, length, "block_hashes")
+        prompt = _block_runs(hashes, block_size, length, "block_hashes")
     if _exactly_one(obj, "output_length", "output_tokens") == "output_length":
         output = _synthetic_output(line, _int_field(obj, "output_length", minimum=0))
     else:
         output = encode_tokens(_int_list(obj, "output_tokens", allow_empty=True))
-    return Request(
+    return Line(
         request_id=request_id,
         arrival_s=arrival,
         prompt=prompt,
@@ -291,7 +306,7 @@ def _parse_hycache(obj: Obj, line: int) -> Request:
     )
 
 
-PARSERS: dict[str, Callable[[Obj, int], Request]] = {
+PARSERS: dict[str, Callable[[Obj, int], Line]] = {
     "mooncake": _parse_mooncake,
     "marconi": _parse_marconi,
     "hycache": _parse_hycache,

@@ -139,7 +139,7 @@ def trace_stats(
     prompt_sum = output_sum = shared_sum = prompt_end_sum = 0
     gap_sum, gaps = 0.0, 0
     for req in requests:
-        prompt, n = memoryview(req.prompt), req.prompt_len
+        prompt, n = memoryview(bytes(req.prompt)), req.prompt_len
         n_requests += 1
         lengths.append(n)
         prompt_sum += n

@@ -20,6 +20,7 @@ from hycache.tree.drops import release_range, release_state_at
 from hycache.tree.integrity import check_tree
 from hycache.tree.keys import TOKEN_BYTES, TokenInput, TokenKey, encode_tokens
 from hycache.tree.node import Node
+from hycache.tree.runkey import RunKey
 from hycache.tree.tiers import union_match
 
 
@@ -76,6 +77,9 @@ class RadixTree:
     def _common_pages(self, edge: TokenKey, key: TokenKey, offset: int) -> int:
         """Whole pages (in bytes) that ``edge`` and ``key[offset:]`` share at their start."""
         page = self._page_bytes
+        if isinstance(edge, RunKey) and isinstance(key, RunKey):
+            shared = edge.common_tokens(key, offset // TOKEN_BYTES) * TOKEN_BYTES
+            return shared - shared % page
         n = min(len(edge), len(key) - offset)
         n -= n % page
         if n == len(edge):

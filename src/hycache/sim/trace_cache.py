@@ -1,0 +1,98 @@
+"""Parsing a trace once: :func:`load_trace`, with an on-disk cache keyed by the file's content.
+
+``load_trace(path)`` reads and validates the trace (``hycache.sim.trace.read_lines``) into a
+:class:`~hycache.sim.parsed.ParsedTrace`. With a ``cache_dir`` it first looks there for
+``<sha256 of the file's bytes>-<format>-<limit>-v<schema>.npz`` and loads that instead of
+parsing; a miss is parsed and written (atomically: a temporary file renamed over the target).
+The key is the file's content, not its name or date, so an edited trace is parsed again and a
+copied one is not; an unreadable or damaged cache file counts as a miss. A malformed trace
+raises InputError as ``read_trace`` does, before any request is replayed, and leaves no cache
+file behind.
+
+:func:`default_cache_dir`: ``$HYCACHE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hycache/traces``,
+else ``~/.cache/hycache/traces``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from hycache.errors import HycacheError, InputError
+from hycache.sim.parsed import SCHEMA, ParsedTrace
+from hycache.sim.trace import PathLike, read_lines
+
+_CHUNK = 1 << 20
+
+
+def default_cache_dir() -> Path:
+    """Where parsed traces are kept unless told otherwise (see the module docstring)."""
+    explicit = os.environ.get("HYCACHE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "hycache" / "traces"
+
+
+def content_hash(path: PathLike) -> str:
+    """SHA-256 of the file's bytes (hex); InputError when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+    except OSError as exc:
+        raise InputError(os.fspath(path), f"cannot read trace: {exc.strerror or exc}") from None
+    return digest.hexdigest()
+
+
+def cache_name(digest: str, trace_format: str | None, limit: int | None) -> str:
+    return f"{digest}-{trace_format or 'auto'}-{'all' if limit is None else limit}-v{SCHEMA}.npz"
+
+
+def load_trace(
+    path: PathLike,
+    *,
+    limit: int | None = None,
+    trace_format: str | None = None,
+    cache_dir: PathLike | None = None,
+) -> ParsedTrace:
+    """The trace at ``path`` parsed (first ``limit`` requests), through ``cache_dir`` if given."""
+    if cache_dir is None:
+        return ParsedTrace.of(read_lines(path, limit=limit, trace_format=trace_format))
+    lines = read_lines(path, limit=limit, trace_format=trace_format)  # checks the arguments
+    target = Path(cache_dir) / cache_name(content_hash(path), trace_format, limit)
+    cached = _read_cached(target)
+    if cached is not None:
+        return cached  # ``lines`` never started: no file was opened
+    parsed = ParsedTrace.of(lines)
+    _write_cached(target, parsed)
+    return parsed
+
+
+def _read_cached(target: Path) -> ParsedTrace | None:
+    try:
+        with np.load(target, allow_pickle=False) as npz:
+            return ParsedTrace.from_arrays({name: npz[name] for name in npz.files})
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, HycacheError):
+        return None
+
+
+def _write_cached(target: Path, parsed: ParsedTrace) -> None:
+    """Best effort: a cache that cannot be written is skipped, the parse still counts."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".parsing-", suffix=".npz")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **parsed.arrays())  # type: ignore[arg-type]  # numpy's stub
+        os.replace(temp, target)
+    except OSError:
+        Path(temp).unlink(missing_ok=True)
