@@ -145,9 +145,7 @@ class LowerTier:
         continuation); pages held already are refreshed. When not all fit, the first ones
         are stored. Returns the pages newly stored."""
         fresh = [d for d in digests if d not in self._pages]
-        for d in reversed(digests):
-            if d in self._pages:
-                self._pages.move_to_end(d)
+        self.touch_pages(digests)  # pages held already must not make room for the new ones
         fits = self._room("full", len(fresh))
         self.counters.not_stored += len(fresh) - fits
         stored = fresh[:fits]
@@ -155,10 +153,7 @@ class LowerTier:
             return 0
         for d in reversed(stored):
             self._pages[d] = None
-        # the first digests most recent, also among those held already
-        for d in reversed(digests):
-            if d in self._pages:
-                self._pages.move_to_end(d)
+        self.touch_pages(digests)  # the first digests most recent, old and new alike
         self._charge("full", len(stored))
         self.counters.pages_down += len(stored)
         return len(stored)

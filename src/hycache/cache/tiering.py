@@ -32,13 +32,9 @@ from hycache.tree.node import Node
 
 @dataclass(frozen=True)
 class LoadBack:
-    """What one load-back moved: KV from ``device_kv`` to ``end`` (tokens; ``segments`` say
-    which tier held which token range) and the state at ``end`` (from ``state_tier``, None:
-    it was on the device), ``bytes`` up to the device per tier."""
+    """What one load-back moved: ``segments``, the token ranges of KV loaded and the tier
+    each came from, and the bytes moved up to the device per tier."""
 
-    device_kv: int
-    end: int
-    state_tier: str | None
     segments: tuple[tuple[str, int, int], ...]
     bytes_by_tier: tuple[tuple[str, int], ...]
 
@@ -256,7 +252,6 @@ class Tiering:
                     segments[-1] = (holder.name, segments[-1][1], hi)
                 else:
                     segments.append((holder.name, lo, hi))
-            state_tier: str | None = None
             if slot is not None and self.recurrent is not None and target.state is not None:
                 version = tree.version
                 node = tree.boundary_on_path(path, end)
@@ -268,11 +263,10 @@ class Tiering:
                     nbytes = target.state.unit["recurrent"]
                     target.state.loaded("recurrent", nbytes, 1)
                     moved[target.state.name] = moved.get(target.state.name, 0) + nbytes
-                    state_tier = target.state.name
                     slot = None
             for tier in self.tiers:
                 tier.touch_pages([d for d, h in used if h is tier])
-            return LoadBack(device_kv, end, state_tier, tuple(segments), tuple(moved.items()))
+            return LoadBack(tuple(segments), tuple(moved.items()))
         finally:
             if slot is not None:
                 acc.pool.free("recurrent", [slot])

@@ -111,11 +111,17 @@ def _build(
     knobs = preset_knobs(config, preset)
     knobs.update(extra)
     cache = build_cache(config.spec, capacity, preset, track_ids=False, **knobs)
-    if config.tiers is not None:
-        tiers = preset_tiers(config.tiers, preset, resolve_knobs(preset, knobs))
-        if tiers is not None:
-            tiers.attach(cache)
+    tiers = _tiers(config, preset, knobs)
+    if tiers is not None:
+        tiers.attach(cache)
     return cache
+
+
+def _tiers(config: SimulationConfig, preset: str, knobs: Mapping[str, object]) -> TierConfig | None:
+    """The tiers ``preset`` runs with under ``config`` (None: none)."""
+    if config.tiers is None:
+        return None
+    return preset_tiers(config.tiers, preset, resolve_knobs(preset, knobs))
 
 
 def run_policy(
@@ -164,8 +170,8 @@ def run_policy(
         chosen, _ = tune_knobs(replay)
         extra.update(chosen)
     cache = _build(config, preset, capacity, extra)
-    tiers = config.tiers and preset_tiers(config.tiers, preset, resolve_knobs(preset, knobs))
-    prefetch = Prefetch.of(tiers, config.cost) if tiers else None
+    tiers = _tiers(config, preset, {**knobs, **extra})
+    prefetch = None if tiers is None else Prefetch.of(tiers, config.cost)
     shown: dict[str, object] = dict(resolve_knobs(preset, {**knobs, **extra}))
     bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
     try:
