@@ -4,13 +4,23 @@
         [--modes serial,engine] [--capacities 5,10,20,40] [--requests 200]
         [--model qwen3-next-80b-a3b] [--jobs 2] [--results matrix.json] [--rerun hycache]
         [--policies vllm,sglang,marconi] [--ray | --ray-address ADDR]
+        [--split eval|tune] [--seeds 1,2,3,4,5]
 
-Sources: the six built-in workloads (``--requests`` each, seed 0) and the two Mooncake traces in
-``data/traces``. Capacities are percentages of each source's unlimited footprint
-(``hycache.sim.simulate.footprint_bytes``). For each cell (source, mode, capacity) it prints
-every preset's token hit rate and, in engine mode, its TTFT p95, then whether `hycache` is
->= the best other preset on hit rate (``hit``) and <= on TTFT p95 (``p95``), and the ratio of
-hycache's number to the best other's.
+Sources: the six built-in workloads (``--requests`` each) and the two Mooncake traces in
+``data/traces``, split so that no cell that tuned ``hycache`` judges it (``--split``):
+
+* ``eval`` (default): the workloads at seeds 1-5 (``--seeds``), the second half of each Mooncake
+  trace (its requests from ``len // 2`` on, at their own arrival times, on an empty cache);
+* ``tune``: the workloads at seed 0 and the first half of each Mooncake trace: the data
+  ``hycache``'s rules were chosen on.
+
+A cell is labelled ``workload:sN`` or ``trace:h1`` / ``trace:h2``. Capacities are percentages
+of each source's unlimited footprint (``hycache.sim.simulate.footprint_bytes``). For each
+cell (source, mode, capacity) it prints every preset's token hit rate and, in engine mode,
+its TTFT p95, then whether `hycache` holds against the best other preset on hit rate (``hit``:
+at least its rate minus ``HIT_SLACK``) and on TTFT p95 (``p95``: at most its p95 times
+``P95_SLACK``), and the ratio of hycache's number to the best other's; then, per mode, the
+mean and the minimum of those ratios over the cells.
 
 ``--results`` keeps every finished replay in a JSON file; a later run reuses them, except for
 the presets named by ``--rerun`` (useful while tuning one policy: the others do not change).
@@ -49,17 +59,47 @@ MOONCAKE = ("mooncake_conversation", "mooncake_synthetic")
 POLICIES = ("vllm", "sglang", "marconi", "hycache")
 
 
-class Source:
-    """A picklable, re-iterable request source."""
+#: the bar of the evaluation: hycache's hit rate may trail the best other preset's by this
+#: much, its TTFT p95 exceed the best other's by this factor
+HIT_SLACK = 0.002
+P95_SLACK = 1.02
 
-    def __init__(self, name: str, requests: int) -> None:
-        self.name = name
+
+def split_sources(names: list[str], split: str, seeds: list[int]) -> list[str]:
+    """The labelled sources of ``split`` (module docstring)."""
+    if split not in ("eval", "tune"):
+        raise SystemExit(f"--split must be eval or tune, got {split!r}")
+    labels: list[str] = []
+    for name in names:
+        if name in MOONCAKE:
+            labels.append(f"{name}:h2" if split == "eval" else f"{name}:h1")
+        else:
+            labels.extend(f"{name}:s{seed}" for seed in (seeds if split == "eval" else [0]))
+    return labels
+
+
+class Source:
+    """A picklable, re-iterable request source named by its label (``chat:s3``, ``...:h2``)."""
+
+    def __init__(self, label: str, requests: int) -> None:
+        self.label = label
         self.requests = requests
+        self.name = label.partition(":")[0]
+        if self.name not in (*WORKLOADS, *MOONCAKE):
+            raise SystemExit(f"unknown source {self.name!r}")
 
     def __call__(self):  # type: ignore[no-untyped-def]
+        _, _, part = self.label.partition(":")
         if self.name in MOONCAKE:
-            return load_trace(TRACES / f"{self.name}.jsonl.gz", cache_dir=default_cache_dir())()
-        return generate(self.name, requests=self.requests, seed=0)
+            trace = load_trace(TRACES / f"{self.name}.jsonl.gz", cache_dir=default_cache_dir())
+            half = len(trace) // 2
+            if part == "h1":
+                return trace.window(0, half)
+            if part == "h2":
+                return trace.window(half, len(trace))
+            return trace()
+        seed = int(part[1:]) if part.startswith("s") else 0
+        return generate(self.name, requests=self.requests, seed=seed)
 
 
 KNOBS: dict[str, dict[str, KnobValue]] = {}
@@ -122,6 +162,8 @@ def _key(*parts: object) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", default=",".join((*WORKLOADS, *MOONCAKE)))
+    parser.add_argument("--split", default="eval", help="eval (default) or tune: which cells")
+    parser.add_argument("--seeds", default="1,2,3,4,5", help="--split eval: workload seeds")
     parser.add_argument("--modes", default="serial,engine")
     parser.add_argument("--capacities", default="5,10,20,40", help="percent of the footprint")
     parser.add_argument("--requests", type=int, default=200)
@@ -137,7 +179,8 @@ def main() -> int:
     add_knob_option(parser)
     args = parser.parse_args()
     KNOBS.update(knob_overrides(args.knobs))
-    sources = [s for s in args.sources.split(",") if s]
+    names = [s for s in args.sources.split(",") if s]
+    sources = split_sources(names, args.split, [int(x) for x in args.seeds.split(",") if x])
     modes = [m for m in args.modes.split(",") if m]
     percents = [float(c) for c in args.capacities.split(",") if c]
     rerun = {p for p in args.rerun.split(",") if p}
@@ -179,7 +222,7 @@ def main() -> int:
                             (args.model, name, args.requests, phase, capacity, policy, alpha)
                         )
             # the longest first: Mooncake replays and Marconi's bootstrap dominate
-            cells.sort(key=lambda c: (c[1] not in MOONCAKE, c[5] != "marconi"))
+            cells.sort(key=lambda c: (c[1].split(":")[0] not in MOONCAKE, c[5] != "marconi"))
             futures = {pool.submit(_cell, cell): cell for cell in cells}
             bar = tqdm(total=len(cells), desc=f"{phase} cells", unit="cell", file=sys.stderr)
             for future, cell in futures.items():
@@ -207,9 +250,10 @@ def report(
     modes: list[str],
     percents: list[float],
 ) -> int:
-    header = f"{'source':22} {'mode':6} {'cap':>4} " + " ".join(f"{p:>8}" for p in POLICIES)
+    header = f"{'source':26} {'mode':6} {'cap':>4} " + " ".join(f"{p:>8}" for p in POLICIES)
     print(header + "   hit  ratio " + " ".join(f"{p[:6]:>7}" for p in POLICIES) + "   p95  ratio")
     held = total = 0
+    ratios: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
     for name in sources:
         footprint = int(store[_key("footprint", model, name, requests)]["bytes"])
         for mode in modes:
@@ -220,22 +264,39 @@ def report(
                 p95 = {p: r["ttft_p95_s"] for p, r in rows.items()}
                 best_hit = max(v for p, v in hits.items() if p != "hycache")
                 best_p95 = min(v for p, v in p95.items() if p != "hycache")
-                hit_ok = hits["hycache"] >= best_hit
-                p95_ok = mode == "serial" or p95["hycache"] <= best_p95
+                hit_ok = hits["hycache"] >= best_hit - HIT_SLACK
+                p95_ok = mode == "serial" or p95["hycache"] <= best_p95 * P95_SLACK
                 held += hit_ok + p95_ok
                 total += 2
                 overrun = max(r["capacity_overrun_bytes"] for r in rows.values())
-                assert overrun == 0, f"capacity overrun in {name} {mode} {pct}%"
-                hit_ratio = hits["hycache"] / best_hit if best_hit else float("inf")
+                if overrun:
+                    raise SystemExit(f"capacity overrun in {name} {mode} {pct}%")
+                hit_ratio = hits["hycache"] / best_hit if best_hit else 1.0
                 p95_ratio = p95["hycache"] / best_p95 if best_p95 else 1.0
+                ratios[mode].append((hit_ratio, p95_ratio))
                 print(
-                    f"{name:22} {mode:6} {pct:>3.0f}% "
+                    f"{name:26} {mode:6} {pct:>3.0f}% "
                     + " ".join(f"{hits[p]:8.4f}" for p in POLICIES)
                     + f"  {'ok ' if hit_ok else 'NO '} {hit_ratio:5.3f} "
                     + " ".join(f"{p95[p]:7.3f}" for p in POLICIES)
                     + f"  {'ok ' if p95_ok else 'NO '} {p95_ratio:5.3f}"
                 )
-    print(f"hycache holds {held} of {total} comparisons (serial TTFT counted as held)")
+    for mode, pairs in ratios.items():
+        if not pairs:
+            continue
+        hit_r = [h for h, _ in pairs]
+        line = (
+            f"{mode}: {len(pairs)} cells, hit ratio to the best other preset "
+            f"mean {sum(hit_r) / len(hit_r):.3f} min {min(hit_r):.3f}"
+        )
+        if mode != "serial":
+            p95_r = [q for _, q in pairs]
+            line += f"; TTFT p95 ratio mean {sum(p95_r) / len(p95_r):.3f} max {max(p95_r):.3f}"
+        print(line)
+    print(
+        f"hycache holds {held} of {total} comparisons (hit >= best - {HIT_SLACK}, "
+        f"p95 <= best x {P95_SLACK}; serial TTFT counted as held)"
+    )
     return 0
 
 

@@ -118,6 +118,7 @@ class Admitter:
                     for r, stored in self.counters.reason_inserted.items()
                 },
                 self.kernel_chunk if kernel_grid else None,
+                *self._state_room(),
             )
         )
         source = None
@@ -161,6 +162,16 @@ class Admitter:
             holds.free_spares(lease)
         self.in_flight.add(lease)
         return lease
+
+    def _state_room(self) -> tuple[int | None, int | None]:
+        """States that fit into free memory now, and the KV tokens one state weighs."""
+        if self.accounting.recurrent is None:
+            return None, None
+        acc, pool = self.accounting, self.pool
+        kv_page = sum(c.bytes_per_page for c in acc.kv_components)
+        state = pool.unit_bytes("recurrent")
+        free = pool.free_bytes(pool.resource_of("recurrent")) // state
+        return free, (state * acc.page_size // kv_page if kv_page else None)
 
     def _pages(self, path: list[Node], upto: int) -> dict[str, tuple[PageRef, ...]]:
         return pages_on(self.accounting, path, 0, upto)

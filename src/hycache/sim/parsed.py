@@ -138,10 +138,15 @@ class ParsedTrace:
 
     def head(self, stop: int) -> Iterator[Request]:
         """The first ``stop`` requests."""
+        return self.window(0, stop)
+
+    def window(self, start: int, stop: int) -> Iterator[Request]:
+        """Requests ``start .. stop-1`` (clipped to the trace), with their own arrival times."""
         end = min(stop, len(self))
         arrival = self.arrival.tolist()
         spans = self.spans[:end].tolist()
-        for index, (pk, plo, phi, ok, olo, ohi) in enumerate(spans):
+        for index in range(max(0, start), end):
+            pk, plo, phi, ok, olo, ohi = spans[index]
             yield Request(
                 self.ids[index],
                 arrival[index],

@@ -48,6 +48,12 @@ class PlanInput:
     #: the recurrent kernels' chunk (``RecurrentGroup.kernel_chunk``): a state that far apart
     #: from a chunk's start can be copied without ending the chunk; None: only at chunk ends
     kernel_chunk: int | None = None
+    #: states that fit into the cache's free memory now, after this request's working set:
+    #: that many checkpoints displace nothing (None: unknown)
+    free_states: int | None = None
+    #: tokens of attention KV that weigh as much as one state (``ModelSpec.state_bytes`` over
+    #: ``kv_bytes_per_token``; None: unknown)
+    state_kv_tokens: int | None = None
 
 
 @dataclass(frozen=True)

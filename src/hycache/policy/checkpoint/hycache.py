@@ -47,8 +47,10 @@ class HycachePlanner(CheckpointPolicy):
         learn_grid: bool = True,
         adaptive: bool = True,
         max_prefill_checkpoints: int = 1,
+        free_room: bool = True,
     ) -> None:
         self.interval = interval
+        self.free_room = free_room
         self.max_prefill_checkpoints = max_prefill_checkpoints
         self.learn_grid = learn_grid
         self.adaptive = adaptive
@@ -125,6 +127,7 @@ class HycachePlanner(CheckpointPolicy):
         branch = floor_to(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
+        roomy = self._fill_free_room(request, wanted)
         budget, kernel = request.token_budget, request.kernel_chunk
         ends = chunk_ends(start, n, budget)
         if kernel is not None:
@@ -139,11 +142,12 @@ class HycachePlanner(CheckpointPolicy):
         kept = {
             p: r
             for p, r in wanted.items()
-            if self._pays(
+            if roomy
+            or self._pays(
                 r, request, self.reuse_ratio, self.retry_every if p == n else self.early_retry_every
             )
         }
-        if len(kept) > self.max_prefill_checkpoints:
+        if not roomy and len(kept) > self.max_prefill_checkpoints:
             ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
             kept = dict(ranked[: self.max_prefill_checkpoints])
         ends = settle_ends(start, n, budget, tuple(kept), kernel)
@@ -160,6 +164,23 @@ class HycachePlanner(CheckpointPolicy):
                 kept[final] = "final"  # taken during decode: no extra prefill chunk
         points = tuple(Checkpoint(p, r) for p, r in sorted(kept.items()))
         return PrefillPlan(tuple(ends), points, keep_final_state=donate)
+
+    def _fill_free_room(self, request: PlanInput, wanted: dict[int, str]) -> bool:
+        """With ``free_room``, when every candidate and a state every ``room_spacing`` tokens fit
+        into free memory (they displace nothing), add those states to ``wanted`` and say so:
+        the caller then keeps them all. The spacing is the divergence grid, at least the KV
+        tokens one state weighs (so states at most double the memory of what they cover)."""
+        room, weight = request.free_states, request.state_kv_tokens
+        if not self.free_room or room is None or weight is None:
+            return False
+        grid = self.divergence_grid(request.page_size)
+        spacing = max(grid, -(-weight // grid) * grid)
+        points = range(floor_to(request.start, spacing) + spacing, request.prompt_len, spacing)
+        extra = [p for p in points if p not in wanted]
+        if len(wanted) + len(extra) + 1 > room:  # + 1: the state at the end of the request
+            return False
+        wanted.update(dict.fromkeys(extra, "interval"))
+        return True
 
     def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
         """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""
