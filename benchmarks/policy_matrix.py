@@ -3,7 +3,7 @@
     python benchmarks/policy_matrix.py [--sources chat,agent,...,mooncake_conversation]
         [--modes serial,engine] [--capacities 5,10,20,40] [--requests 200]
         [--model qwen3-next-80b-a3b] [--jobs 2] [--results matrix.json] [--rerun hycache]
-        [--policies vllm,sglang,marconi] [--ray | --ray-address ADDR]
+        [--policies vllm,sglang,marconi] [--ray | --ray-address ADDR] [--html matrix.html]
         [--split eval|tune] [--seeds 1,2,3,4,5]
 
 Sources: the six built-in workloads (``--requests`` each) and the two Mooncake traces in
@@ -24,6 +24,8 @@ mean and the minimum of those ratios over the cells.
 
 ``--results`` keeps every finished replay in a JSON file; a later run reuses them, except for
 the presets named by ``--rerun`` (useful while tuning one policy: the others do not change).
+``--html`` writes the table as a heat map of hycache's hit-rate ratio to the best other preset
+(``hycache.sim.heatmap``; plotly, the 'sim' extra), one row per source and mode.
 
 Cells run in ``--jobs`` local processes, or as Ray tasks with ``--ray`` (a local ``ray.init()``)
 or ``--ray-address`` (an existing cluster; the 'ray' extra). A cell's result does not depend on
@@ -173,6 +175,7 @@ def main() -> int:
     parser.add_argument("--ray-address", help="run the cells on this Ray cluster")
     parser.add_argument("--results", default="policy_matrix.json")
     parser.add_argument("--rerun", default="", help="presets to replay again, e.g. hycache")
+    parser.add_argument("--html", help="write the hit-rate heat map (a self-contained page)")
     parser.add_argument(
         "--policies", default=",".join(POLICIES), help="presets to replay (the table needs all)"
     )
@@ -239,7 +242,24 @@ def main() -> int:
             bar.close()
     if set(chosen) != set(POLICIES):
         return 0  # the table compares all four presets
-    return report(store, args.model, args.requests, sources, modes, percents)
+    heat: dict[tuple[str, str], dict[str, float]] = {}
+    status = report(store, args.model, args.requests, sources, modes, percents, heat)
+    if args.html:
+        write_heatmap(heat, args.model, args.requests, Path(args.html))
+    return status
+
+
+def write_heatmap(
+    cells: dict[tuple[str, str], dict[str, float]], model: str, requests: int, out: Path
+) -> None:
+    """The table's cells (``report`` fills ``cells``) as ``hycache.sim.heatmap.matrix_heatmap``:
+    hycache's token hit rate over the best other preset's, one row per source and mode."""
+    from hycache.sim.heatmap import matrix_heatmap
+
+    note = f"{model}, {requests} requests per workload; capacities: shares of each footprint."
+    title = "Policy matrix: hycache vs the best other preset"
+    out.write_text(matrix_heatmap(cells, title=title, notes=[note]))
+    print(f"heat map: {out}", file=sys.stderr)
 
 
 def report(
@@ -249,7 +269,10 @@ def report(
     sources: list[str],
     modes: list[str],
     percents: list[float],
+    heat: dict[tuple[str, str], dict[str, float]] | None = None,
 ) -> int:
+    """Print the table; ``heat`` (when given) receives each row's hit rates by (source /
+    mode, capacity) for ``write_heatmap``."""
     header = f"{'source':26} {'mode':6} {'cap':>4} " + " ".join(f"{p:>8}" for p in POLICIES)
     print(header + "   hit  ratio " + " ".join(f"{p[:6]:>7}" for p in POLICIES) + "   p95  ratio")
     held = total = 0
@@ -261,6 +284,8 @@ def report(
                 capacity = max(1, int(footprint * pct / 100))
                 rows = {p: store[_key(model, name, requests, mode, capacity, p)] for p in POLICIES}
                 hits = {p: r["token_hit_rate"] for p, r in rows.items()}
+                if heat is not None:
+                    heat[(f"{name} / {mode}", f"{pct:g}%")] = hits
                 p95 = {p: r["ttft_p95_s"] for p, r in rows.items()}
                 best_hit = max(v for p, v in hits.items() if p != "hycache")
                 best_p95 = min(v for p, v in p95.items() if p != "hycache")

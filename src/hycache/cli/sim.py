@@ -38,7 +38,7 @@ from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.report import disagg_table, rejected_notes, render_html, table, tier_table
 from hycache.sim.request import Request
-from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes
+from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes, infinite_hit_rate
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
 from hycache.sim.workloads import WORKLOADS, generate
@@ -259,8 +259,10 @@ def _outputs(
     label: str,
     by_capacity: dict[int, dict[str, PolicyResult]],
     notes: list[str],
+    bound: Callable[[], float],
 ) -> None:
-    """Write --json / --report only after everything succeeded."""
+    """Write --json / --report only after everything succeeded; ``bound`` measures the
+    report's infinite-cache hit rate (``hycache.sim.simulate.infinite_hit_rate``)."""
     if args.json:
         payload: dict[str, object] = {
             "source": label,
@@ -277,7 +279,7 @@ def _outputs(
         write_atomically(args.json, json.dumps(payload, indent=1, default=str))
     if args.report:
         title = f"hycache: {label} on {args.model}"
-        write_atomically(args.report, render_html(title, by_capacity, notes))
+        write_atomically(args.report, render_html(title, by_capacity, notes, bound=bound()))
 
 
 def _with_tiers(
@@ -365,7 +367,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if config.tiers is not None:
         print(_tier_line(config.tiers))
     _print_results(results)
-    _outputs(args, label, {capacity.nbytes: results}, [])
+    _outputs(args, label, {capacity.nbytes: results}, [], lambda: infinite_hit_rate(config, source))
     return 0
 
 
@@ -390,7 +392,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         share = capacity.nbytes / footprint if footprint else 0.0
         print(f"\ncapacity {capacity.nbytes / 1e9:.2f} GB ({share:.0%} of footprint)")
         _print_results(results)
-    _outputs(args, label, by_capacity, notes)
+    _outputs(args, label, by_capacity, notes, lambda: infinite_hit_rate(config, source))
     return 0
 
 

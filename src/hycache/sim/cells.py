@@ -7,21 +7,20 @@ them here one after the other or as Ray tasks. With Ray the source and the confi
 the object store once (a parsed trace is a few arrays) and every task replays from them;
 ``address=None`` starts a local Ray (``ray.init()``, one task per core), an address joins an
 existing cluster, whose workers must import the same hycache (installed there, or on their
-``PYTHONPATH`` when the cluster was started). Progress: one bar per replay when serial
-(``hycache.sim.progress``), one bar over the cells on Ray (tqdm). Ray and tqdm come with the
-``ray`` extra.
+``PYTHONPATH`` when the cluster was started). Progress (``hycache.sim.progress``): one bar per
+replay when serial, one bar over the cells on Ray. Ray comes with the ``ray`` extra.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from hycache.errors import ConfigError
 from hycache.sim.metrics import PolicyResult
+from hycache.sim.progress import Progress
 from hycache.sim.simulate import SimulationConfig, Source, run_policy
 
 #: Local Ray's object store: the shared sources are small (a parsed trace is a few MB at most).
@@ -97,7 +96,7 @@ def _on_ray(
     task = ray.remote(num_cpus=1)(_run_cell)
     refs = {task.remote(config_ref, source_ref, cell, total): cell for cell in cells}
     results: dict[Cell, PolicyResult] = {}
-    bar = _bar(len(cells), config.progress)
+    bar = Progress(len(cells), "cells", enabled=config.progress, unit="cell")
     pending = list(refs)
     try:
         while pending:
@@ -105,15 +104,8 @@ def _on_ray(
             for ref in done:
                 cell = refs[ref]
                 results[cell] = ray.get(ref)
-                bar.set_postfix_str(f"{cell.policy} {cell.capacity / 1e9:.2f} GB", refresh=False)
-                bar.update(1)
+                bar.note(f"{cell.policy} {cell.capacity / 1e9:.2f} GB")
+                bar.advance()
     finally:
         bar.close()
     return {cell: results[cell] for cell in cells}
-
-
-def _bar(total: int, progress: bool | None) -> Any:
-    from tqdm import tqdm
-
-    enabled = sys.stderr.isatty() if progress is None else progress
-    return tqdm(total=total, desc="cells", unit="cell", disable=not enabled, file=sys.stderr)

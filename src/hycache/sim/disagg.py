@@ -176,7 +176,7 @@ def replay_disagg(
     *,
     knobs: dict[str, object] | None = None,
     tick: Tick | None = None,
-    timeline_every: int = 50,
+    timeline_every: int = 1,
     reject_oversized: bool = False,
     session_idle_s: float | None = DEFAULT_IDLE_S,
     pull: str = "last",

@@ -28,13 +28,32 @@ class Recorder:
     used_bytes_peak: int = 0
     overrun_bytes: int = 0
     rejected: int = 0
-    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, kv, state)
+    #: (t, kv bytes, state bytes) at every sample whose bytes differ from the point before:
+    #: the full-resolution series, as a step function
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)
+    #: the last point offered to ``keep`` (where the step function ends)
+    timeline_end: tuple[float, int, int] | None = None
 
     def sample(self, now: float, kv: int, state: int, used: int, budget: int) -> None:
         self.kv_bytes_peak = max(self.kv_bytes_peak, kv)
         self.state_bytes_peak = max(self.state_bytes_peak, state)
         self.used_bytes_peak = max(self.used_bytes_peak, used)
         self.overrun_bytes = max(self.overrun_bytes, used - budget)
+
+    def keep(self, now: float, kv: int, state: int) -> None:
+        """Add a timeline point unless the bytes held are those of the last point."""
+        point = (now, kv, state)
+        if not self.timeline or self.timeline[-1][1:] != point[1:]:
+            self.timeline.append(point)
+        self.timeline_end = point
+
+    def closed_timeline(self) -> tuple[tuple[float, int, int], ...]:
+        """The timeline with its end: the last point offered to ``keep`` when ``timeline``
+        does not hold it already."""
+        end = self.timeline_end
+        if end is None or (self.timeline and self.timeline[-1] == end):
+            return tuple(self.timeline)
+        return (*self.timeline, end)
 
 
 @dataclass(frozen=True)
@@ -128,6 +147,8 @@ class PolicyResult:
     rejected: int
     wall_s: float
     knobs: dict[str, object]
+    #: (t, KV bytes, state bytes) held, at every change and at the end (``Recorder.keep``); t is
+    #: the request index in serial and disagg mode, simulated seconds in engine mode
     timeline: tuple[tuple[float, int, int], ...] = ()
     ttft_samples: tuple[float, ...] = ()
     #: lower tiers: ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved``, ... (None: off)

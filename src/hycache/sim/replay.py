@@ -51,7 +51,7 @@ def sample_usage(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool
     kv, state = usage.kv_bytes, usage.state_bytes
     rec.sample(now, kv, state, usage.used_bytes, usage.budget_bytes)
     if keep:
-        rec.timeline.append((now, kv, state))
+        rec.keep(now, kv, state)
 
 
 def policy_result(
@@ -86,7 +86,7 @@ def policy_result(
         rejected=rec.rejected,
         wall_s=wall,
         knobs=knobs,
-        timeline=tuple(rec.timeline),
+        timeline=rec.closed_timeline(),
         ttft_samples=tuple(rec.ttft_s),
         tiers=cache.tier_stats(),
     )
@@ -133,7 +133,7 @@ def replay_serial(
     *,
     knobs: dict[str, object] | None = None,
     tick: Tick | None = None,
-    timeline_every: int = 50,
+    timeline_every: int = 1,
     reject_oversized: bool = False,
     session_idle_s: float | None = DEFAULT_IDLE_S,
     prefetch: Prefetch | None = None,
@@ -253,7 +253,6 @@ def replay_engine(
     running: list[_Flight] = []
     now = 0.0
     link_free = 0.0  # when the link loading tiers' data into the device is idle again
-    steps = 0
     while pending is not None or waiting or running:
         while pending is not None and pending.arrival_s <= now:
             sessions.advance(pending.arrival_s)
@@ -344,7 +343,6 @@ def replay_engine(
                 bulk = max(1, min(bulk, int((pending.arrival_s - now) / step) + 1))
         now += step * bulk
         sessions.advance(now)  # before this step's publishes and finishes insert
-        steps += bulk
         finished: list[_Flight] = []
         for flight in decoding:
             flight.generated += bulk
@@ -372,5 +370,5 @@ def replay_engine(
             running.remove(flight)
             if tick is not None:
                 tick()
-        sample_usage(cache, rec, now, steps % 64 == 0 or bool(finished))
+        sample_usage(cache, rec, now, True)
     return policy_result(cache, rec, "engine", time.perf_counter() - start, knobs or {})

@@ -1,4 +1,5 @@
-"""A self-contained HTML report (inline SVG plots, no external files) and the text table."""
+"""The text tables and the self-contained HTML report (figures from ``hycache.sim.plots``:
+plotly, the ``sim`` extra, imported only when a report is rendered)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from collections.abc import Mapping, Sequence
 
 from hycache.errors import ConfigError
 from hycache.sim.metrics import PolicyResult
-
-COLORS = {"vllm": "#d62728", "sglang": "#1f77b4", "marconi": "#2ca02c", "hycache": "#9467bd"}
-W, H, PAD = 600, 300, 48
-LEGEND = 100  # room on the right for the series names
+from hycache.sim.plots import (
+    evictions_figure,
+    figure_div,
+    hit_rate_figure,
+    occupancy_figure,
+    page,
+    ttft_cdf_figure,
+)
 
 
 def table(results: Mapping[str, PolicyResult]) -> str:
@@ -147,116 +152,28 @@ def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
     ]
 
 
-def _svg_lines(
-    title: str,
-    series: Mapping[str, Sequence[tuple[float, float]]],
-    xlabel: str,
-    ylabel: str,
-    *,
-    ymin: float | None = None,
-    ymax: float | None = None,
-) -> str:
-    points = [p for s in series.values() for p in s]
-    if not points:
-        return f"<p>{html.escape(title)}: no data</p>"
-    x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
-    y0 = min(p[1] for p in points) if ymin is None else ymin
-    y1 = max(p[1] for p in points) if ymax is None else ymax
-    x1 = x1 if x1 > x0 else x0 + 1
-    y1 = y1 if y1 > y0 else y0 + 1
-
-    def sx(x: float) -> float:
-        return PAD + (x - x0) / (x1 - x0) * (W - 2 * PAD - LEGEND)
-
-    def sy(y: float) -> float:
-        return H - PAD - (y - y0) / (y1 - y0) * (H - 2 * PAD)
-
-    parts = [
-        f'<svg width="{W}" height="{H}" xmlns="http://www.w3.org/2000/svg" '
-        f'font-family="sans-serif" font-size="11">',
-        f'<text x="{W / 2}" y="16" text-anchor="middle" font-size="13">{html.escape(title)}</text>',
-        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD - LEGEND}" y2="{H - PAD}" stroke="#333"/>',
-        f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#333"/>',
-    ]
-    for i in range(5):
-        fy = y0 + (y1 - y0) * i / 4
-        fx = x0 + (x1 - x0) * i / 4
-        parts.append(f'<text x="{PAD - 4}" y="{sy(fy) + 4}" text-anchor="end">{fy:.3g}</text>')
-        parts.append(f'<text x="{sx(fx)}" y="{H - PAD + 14}" text-anchor="middle">{fx:.3g}</text>')
-    parts.append(f'<text x="{W / 2}" y="{H - 8}" text-anchor="middle">{html.escape(xlabel)}</text>')
-    parts.append(
-        f'<text x="12" y="{H / 2}" transform="rotate(-90 12 {H / 2})" '
-        f'text-anchor="middle">{html.escape(ylabel)}</text>'
-    )
-    for i, (name, data) in enumerate(series.items()):
-        color = COLORS.get(name.split()[0], "#555")
-        dash = ' stroke-dasharray="5,3"' if "state" in name else ""
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in data)
-        parts.append(
-            f'<polyline fill="none" stroke="{color}" stroke-width="2"{dash} points="{path}"/>'
-        )
-        legend_x = W - PAD - LEGEND + 8
-        parts.append(
-            f'<text x="{legend_x}" y="{PAD + 14 * i}" fill="{color}">{html.escape(name)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _cdf(samples: Sequence[float]) -> list[tuple[float, float]]:
-    ordered = sorted(samples)
-    n = len(ordered)
-    step = max(1, n // 200)
-    return [(ordered[i], (i + 1) / n) for i in range(0, n, step)] + (
-        [(ordered[-1], 1.0)] if n else []
-    )
-
-
 def render_html(
     title: str,
     by_capacity: Mapping[int, Mapping[str, PolicyResult]],
     notes: Sequence[str] = (),
+    *,
+    bound: float | None = None,
 ) -> str:
-    """The report: hit rate vs capacity, TTFT CDF, KV/state occupancy, evictions, tables."""
+    """The report, one self-contained page: hit rate vs capacity (with ``bound``, the
+    infinite-cache hit rate, when given), the TTFT CDF (engine mode only: a serial replay has
+    no queueing), KV and state bytes held over time, evictions vs capacity, then the tables.
+    The smallest capacity's replay stands for the TTFT and the bytes held."""
     capacities = sorted(by_capacity)
-    policies = list(next(iter(by_capacity.values())).keys()) if by_capacity else []
-    hit = {p: [(c / 1e9, by_capacity[c][p].token_hit_rate) for c in capacities] for p in policies}
-    smallest = by_capacity[capacities[0]] if capacities else {}
-    ttft = {p: _cdf(r.ttft_samples) for p, r in smallest.items()}
-    occupancy: dict[str, list[tuple[float, float]]] = {}
-    for p, r in smallest.items():
-        occupancy[f"{p} KV"] = [(t, kv / 1e9) for t, kv, _s in r.timeline]
-        occupancy[f"{p} state"] = [(t, st / 1e9) for t, _k, st in r.timeline]
-    evictions = {
-        p: [(c / 1e9, float(by_capacity[c][p].evictions)) for c in capacities] for p in policies
-    }
-    body = [f"<h1>{html.escape(title)}</h1>"]
-    body += [f"<p>{html.escape(n)}</p>" for n in notes]
-    body.append(
-        _svg_lines("Token hit rate vs capacity", hit, "capacity (GB)", "token hit rate", ymin=0.0)
-    )
-    body.append(
-        _svg_lines(
-            f"TTFT CDF at {capacities[0] / 1e9:.1f} GB" if capacities else "TTFT CDF",
-            ttft,
-            "TTFT (s)",
-            "fraction of requests",
-            ymin=0.0,
-            ymax=1.0,
-        )
-    )
-    body.append(
-        _svg_lines(
-            "KV (solid) and state (dashed) bytes held over time, smallest capacity",
-            occupancy,
-            "time (s or request index)",
-            "GB",
-            ymin=0.0,
-        )
-    )
-    body.append(
-        _svg_lines("Evictions vs capacity", evictions, "capacity (GB)", "evictions", ymin=0.0)
-    )
+    body = [f"<p>{html.escape(n)}</p>" for n in notes]
+    figures: list[tuple[str, object]] = []
+    if capacities:
+        smallest, results = capacities[0], by_capacity[capacities[0]]
+        figures.append(("hit-rate", hit_rate_figure(by_capacity, bound)))
+        if any(r.mode == "engine" for r in results.values()):
+            figures.append(("ttft-cdf", ttft_cdf_figure(results, smallest)))
+        figures.append(("bytes-held", occupancy_figure(results, smallest)))
+        figures.append(("evictions", evictions_figure(by_capacity)))
+    body += [f"<div class='figure'>{figure_div(fig, name)}</div>" for name, fig in figures]
     for c in capacities:
         body.append(
             f"<h2>capacity {c / 1e9:.2f} GB</h2><pre>{html.escape(table(by_capacity[c]))}</pre>"
@@ -268,8 +185,4 @@ def render_html(
                 f"<pre>{html.escape(tiers)}</pre>"
             )
         body += [f"<p>{html.escape(n)}</p>" for n in rejected_notes(by_capacity[c])]
-    style = "body{font-family:sans-serif;max-width:1320px;margin:2em auto}svg{margin:0.5em}"
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body>{''.join(body)}</body></html>"
-    )
+    return page(title, body)

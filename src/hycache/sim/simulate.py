@@ -215,16 +215,30 @@ def run_policy(
         bar.close()
 
 
-def footprint_bytes(config: SimulationConfig, source: Source) -> int:
-    """The unlimited footprint, the same whatever preset is measured against it: peak bytes of
-    caching everything in serial mode with no capacity limit: the KV of every distinct 16-token
-    page plus a state at each request's branch point and end (Marconi's placement, which keeps
-    at most two states per sequence)."""
+def unlimited_replay(
+    config: SimulationConfig, source: Source, *, page_size: int = 16
+) -> PolicyResult:
+    """Caching everything in serial mode with no capacity limit: the KV of every distinct page
+    of ``page_size`` tokens plus a state at each request's branch point and end (Marconi's
+    placement, which keeps at most two states per sequence)."""
     cache = build_cache(
-        config.spec, UNLIMITED_BYTES, "marconi", track_ids=False, page_size=16, alpha=1.0
+        config.spec, UNLIMITED_BYTES, "marconi", track_ids=False, page_size=page_size, alpha=1.0
     )
-    result = replay_serial(cache, source(), config.cost)
-    return result.peak_bytes
+    return replay_serial(cache, source(), config.cost)
+
+
+def footprint_bytes(config: SimulationConfig, source: Source) -> int:
+    """The unlimited footprint, the same whatever preset is measured against it: the peak
+    bytes of ``unlimited_replay`` (16-token pages)."""
+    return unlimited_replay(config, source).peak_bytes
+
+
+def infinite_hit_rate(config: SimulationConfig, source: Source) -> float:
+    """The infinite-cache bound on the token hit rate: the share of prompt tokens whose KV an
+    earlier request left (its prompt or its output), token by token: the ``kv_hit_rate`` of
+    ``unlimited_replay`` with one-token pages. A cache of unlimited size with a state at every
+    token would reuse all of them; a preset's token hit rate stays at or below it."""
+    return unlimited_replay(config, source, page_size=1).kv_hit_rate
 
 
 def simulate(
