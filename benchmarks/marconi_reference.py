@@ -114,6 +114,14 @@ def _fmt(cell: dict[str, Any] | None) -> str:
     return text
 
 
+def _tuned(art: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The artifact's cell, its alpha shown only where the policy has one."""
+    cell = art.get(key)
+    if cell is None or key in ("marconi", "oracle"):
+        return cell
+    return {**cell, "alpha": None}
+
+
 def table(results: Sequence[dict[str, Any]]) -> str:
     """One block per config: ours, then the artifact's, then the bar."""
     lines: list[str] = []
@@ -132,7 +140,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
         if art is not None:
             lines.append(
                 "  artifact: "
-                + "  ".join(f"{label} {_fmt(art.get(key))}" for key, label in ARTIFACT)
+                + "  ".join(f"{label} {_fmt(_tuned(art, key))}" for key, label in ARTIFACT)
                 + "  V2 peak "
                 + (f"+{art['marconi']['overrun']:.1%}" if "marconi" in art else "-")
             )
