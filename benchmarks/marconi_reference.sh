@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ShareGPT traces, the Marconi artifact and our presets on them, side by side.
+# ShareGPT traces, the Marconi artifact and our presets on them, side by side, then the
+# one-change-at-a-time comparison of our marconi preset with the artifact (marconi_stamps.py).
 #
 #   benchmarks/marconi_reference.sh ARTIFACT_DIR [HYCACHE_PYTHON]
 #
@@ -29,3 +30,6 @@ done
     --capacities 1e9,2e9,3e9,5e9 --json .traces/results/artifact.json
 "$py" benchmarks/marconi_reference.py "${traces[@]}" --capacities 1GB,2GB,3GB,5GB \
     --artifact-json .traces/results/artifact.json --json .traces/results/reference.json
+# where our marconi preset and the artifact's V2 part (docs/benchmarks.md)
+"$py" benchmarks/marconi_stamps.py "${traces[@]}" --capacities 1GB,2GB,3GB,5GB \
+    --artifact-json .traces/results/artifact.json
