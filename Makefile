@@ -16,7 +16,7 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,engine,serve,redis,sim,ray]'
+	$(BIN)/pip install -q -e '.[dev,engine,serve,redis,sim,ray,traces]'
 	touch $@ $(STAMP_RUN)
 
 # The tier tests start their own redis-server (Debian's package) on a free loopback port.
