@@ -40,7 +40,9 @@ def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> Non
     results = {}
     for spec in (base, without_kernel_grid(base)):
         cost = CostModel(spec, hardware("h200"))
-        cache = build_cache(spec, 10**12, "hycache", track_ids=False, adaptive=False)
+        cache = build_cache(
+            spec, 10**12, "hycache", track_ids=False, adaptive=False, free_room=False
+        )
         results[spec.recurrent.kernel_chunk if spec.recurrent else None] = (
             replay_engine(cache, requests, cost),
             cost,
@@ -56,7 +58,9 @@ def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> Non
     assert abs(split.token_hit_rate - 3000 / total) < 1e-9
     assert grid.capacity_overrun_bytes == split.capacity_overrun_bytes == 0
     # serial mode prefills nothing, so cuts are free: the branch state sits exactly at 3000
-    serial_cache = build_cache(base, 10**12, "hycache", track_ids=False, adaptive=False)
+    serial_cache = build_cache(
+        base, 10**12, "hycache", track_ids=False, adaptive=False, free_room=False
+    )
     serial = replay_serial(serial_cache, requests, cost)
     assert abs(serial.token_hit_rate - 3000 / total) < 1e-9
 

@@ -190,6 +190,13 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "page_size": Knob(1, int, "radix tree granularity in tokens", "-"),
         "interval": Knob(0, int, "extra checkpoint every N prompt tokens (0: none)", "-"),
         "adaptive": Knob(True, bool, "skip checkpoint kinds that are rarely reused", "-"),
+        "free_room": Knob(
+            True,
+            bool,
+            "also take the left-out candidates and a state every max(divergence grid, state "
+            "weight in KV tokens) while they all fit into free memory",
+            "-",
+        ),
         "eviction": Knob(
             "value",
             str,
@@ -477,7 +484,9 @@ def build_hycache(
             reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
             name="hycache",
         ),
-        checkpoint=HycachePlanner(interval, adaptive=bool(k["adaptive"])),
+        checkpoint=HycachePlanner(
+            interval, adaptive=bool(k["adaptive"]), free_room=bool(k["free_room"])
+        ),
         admission=_admission(k["admission"]),
         eviction=_hycache_eviction(
             str(k["eviction"]), bool(k["session_aware"]), bool(k["pin_published_state"])

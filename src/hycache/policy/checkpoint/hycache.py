@@ -7,7 +7,7 @@ from __future__ import annotations
 from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
 
-REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval")
+REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval", "room")
 #: quantile of the observed unique tails the ``tail`` checkpoint steps back by, and how many
 #: recent tails it remembers
 TAIL_QUANTILE = 0.9
@@ -38,6 +38,11 @@ class HycachePlanner(CheckpointPolicy):
     than once per 10 stored states is skipped, except on every 16th request (to keep learning);
     the donated end-of-request state (no copy, no slot held while the request runs) is kept
     down to once per 20.
+    With ``free_room``, when the candidates this left out, a point every ``spacing`` tokens
+    (``_free_room_grid``) and the planned states all fit into the memory free after the
+    request's working set, they are taken too, as reason ``room`` (their own reuse record: the
+    adaptive record of the other reasons stays as without them). They displace nothing now;
+    the eviction ranks them later like any other state.
     """
 
     def __init__(
@@ -127,7 +132,6 @@ class HycachePlanner(CheckpointPolicy):
         branch = floor_to(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
-        roomy = self._fill_free_room(request, wanted)
         budget, kernel = request.token_budget, request.kernel_chunk
         ends = chunk_ends(start, n, budget)
         if kernel is not None:
@@ -142,14 +146,20 @@ class HycachePlanner(CheckpointPolicy):
         kept = {
             p: r
             for p, r in wanted.items()
-            if roomy
-            or self._pays(
+            if self._pays(
                 r, request, self.reuse_ratio, self.retry_every if p == n else self.early_retry_every
             )
         }
-        if not roomy and len(kept) > self.max_prefill_checkpoints:
+        if len(kept) > self.max_prefill_checkpoints:
             ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
             kept = dict(ranked[: self.max_prefill_checkpoints])
+        spare = [p for p in wanted if p not in kept] + [
+            p if kernel is None else onto_kernel_grid(start, ends, p, kernel, page)
+            for p in self._free_room_grid(request)
+        ]
+        extra = set(spare) - set(kept)
+        if extra and self._fits_free_room(request, len(kept) + len(extra)):
+            kept.update(dict.fromkeys(extra, "room"))
         ends = settle_ends(start, n, budget, tuple(kept), kernel)
         total = n + request.max_new_tokens
         final = floor_to(total, page)
@@ -165,22 +175,21 @@ class HycachePlanner(CheckpointPolicy):
         points = tuple(Checkpoint(p, r) for p, r in sorted(kept.items()))
         return PrefillPlan(tuple(ends), points, keep_final_state=donate)
 
-    def _fill_free_room(self, request: PlanInput, wanted: dict[int, str]) -> bool:
-        """With ``free_room``, when every candidate and a state every ``room_spacing`` tokens fit
-        into free memory (they displace nothing), add those states to ``wanted`` and say so:
-        the caller then keeps them all. The spacing is the divergence grid, at least the KV
-        tokens one state weighs (so states at most double the memory of what they cover)."""
-        room, weight = request.free_states, request.state_kv_tokens
-        if not self.free_room or room is None or weight is None:
-            return False
+    def _free_room_grid(self, request: PlanInput) -> range:
+        """With ``free_room``, a point every ``spacing`` tokens of the prompt past its start:
+        the divergence grid, at least the KV tokens one state weighs (so such states at most
+        double the memory of what they cover)."""
+        weight = request.state_kv_tokens
+        if not self.free_room or request.free_states is None or weight is None:
+            return range(0)
         grid = self.divergence_grid(request.page_size)
         spacing = max(grid, -(-weight // grid) * grid)
-        points = range(floor_to(request.start, spacing) + spacing, request.prompt_len, spacing)
-        extra = [p for p in points if p not in wanted]
-        if len(wanted) + len(extra) + 1 > room:  # + 1: the state at the end of the request
-            return False
-        wanted.update(dict.fromkeys(extra, "interval"))
-        return True
+        return range(floor_to(request.start, spacing) + spacing, request.prompt_len, spacing)
+
+    def _fits_free_room(self, request: PlanInput, states: int) -> bool:
+        """Whether ``states`` prefill states and the end state fit into free memory now."""
+        room = request.free_states
+        return self.free_room and room is not None and states + 1 <= room
 
     def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
         """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""
