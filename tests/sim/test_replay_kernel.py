@@ -29,7 +29,8 @@ def without_kernel_grid(spec: ModelSpec) -> ModelSpec:
 def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> None:
     """Two prompts share 3000 tokens; the third request diverges inside the shared part. The
     second one checkpoints the branch point: on the 64-token grid from inside its single chunk
-    (its TTFT is one forward pass), without a kernel grid by ending a chunk there (two)."""
+    (its TTFT is one forward pass), without a kernel grid by ending a chunk there (two). The
+    cache is nearly unlimited: ``free_room`` is off, else every grid point would be a state."""
     shared = list(range(3000))
     requests = [
         request("a", [*shared, *range(10_000, 10_500)], 4, 0.0),
@@ -40,7 +41,9 @@ def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> Non
     results = {}
     for spec in (base, without_kernel_grid(base)):
         cost = CostModel(spec, hardware("h200"))
-        cache = build_cache(spec, 10**12, "hycache", track_ids=False, adaptive=False)
+        cache = build_cache(
+            spec, 10**12, "hycache", track_ids=False, adaptive=False, free_room=False
+        )
         results[spec.recurrent.kernel_chunk if spec.recurrent else None] = (
             replay_engine(cache, requests, cost),
             cost,
@@ -56,7 +59,9 @@ def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> Non
     assert abs(split.token_hit_rate - 3000 / total) < 1e-9
     assert grid.capacity_overrun_bytes == split.capacity_overrun_bytes == 0
     # serial mode prefills nothing, so cuts are free: the branch state sits exactly at 3000
-    serial_cache = build_cache(base, 10**12, "hycache", track_ids=False, adaptive=False)
+    serial_cache = build_cache(
+        base, 10**12, "hycache", track_ids=False, adaptive=False, free_room=False
+    )
     serial = replay_serial(serial_cache, requests, cost)
     assert abs(serial.token_hit_rate - 3000 / total) < 1e-9
 
