@@ -124,8 +124,15 @@ def report(
     variants: list[Variant],
     modes: list[str],
 ) -> None:
-    """Print the table: one row per variant and mode (``cells[(variant, mode)]``, the full
-    hycache's under ``("full", mode)`` in the same order)."""
+    """Print full hycache's mean hit rate (and TTFT p95) per mode, then the table: one row per
+    variant and mode (``cells[(variant, mode)]``, full hycache's under ``("full", mode)`` in
+    the same order)."""
+    for mode in modes:
+        full = [store[_cell_key(c)] for c in cells.get(("full", mode), [])]
+        if full:
+            hit = sum(r["token_hit_rate"] for r in full) / len(full)
+            p95 = sum(r["ttft_p95_s"] for r in full) / len(full)
+            print(f"full hycache, {mode}: {len(full)} cells, mean hit {hit:.4f}, p95 {p95:.3f}s")
     print(
         f"{'variant':24} {'mode':6} {'cells':>5} {'hit ratio':>9} {'min':>6} {'p95 ratio':>9} "
         f"{'better':>6} {'worse':>6}"
