@@ -12,6 +12,18 @@ from hycache.policy.eviction.gdsf import GDSFEviction
 from hycache.policy.eviction.value import ValueEviction
 from tests.cache.test_facade import tiny_spec
 
+#: the planner's switches by knob name (the planner's attribute when it differs)
+PLANNER_KNOBS = {"learn_grid": "learn_grid", "tail": "tail_checkpoint", "free_room": "free_room"}
+#: the value eviction's knobs: each sets the ValueEviction attribute of that name
+VALUE_KNOBS = (
+    "by_reason",
+    "superseded_weight",
+    "learn_superseded",
+    "dead_weight",
+    "exponent",
+    "aging_horizon",
+)
+
 
 def _parts(**knobs: object) -> tuple[HycachePlanner, ValueEviction]:
     spec = tiny_spec()
@@ -24,16 +36,9 @@ def _parts(**knobs: object) -> tuple[HycachePlanner, ValueEviction]:
 def test_defaults_are_the_mechanisms_own() -> None:
     planner, eviction = _parts()
     default_planner, default_eviction = HycachePlanner(), ValueEviction()
-    for name in ("learn_grid", "tail_checkpoint", "free_room", "adaptive"):
+    for name in (*PLANNER_KNOBS.values(), "adaptive"):
         assert getattr(planner, name) == getattr(default_planner, name) is True
-    for name in (
-        "by_reason",
-        "superseded_weight",
-        "learn_superseded",
-        "dead_weight",
-        "exponent",
-        "aging_horizon",
-    ):
+    for name in VALUE_KNOBS:
         assert getattr(eviction, name) == getattr(default_eviction, name)
 
 
@@ -61,4 +66,4 @@ def test_value_knobs_are_checked_and_ignored_by_other_evictions() -> None:
     spec = tiny_spec()
     cache = build_cache(spec, spec.kv_bytes_per_token * 2_000, eviction="gds", by_reason=False)
     assert isinstance(cache.eviction, GDSFEviction)
-    assert {"tail", "free_room", "learn_grid", "aging_horizon"} <= set(KNOBS["hycache"])
+    assert {*PLANNER_KNOBS, *VALUE_KNOBS} <= set(KNOBS["hycache"])

@@ -11,6 +11,7 @@ import pytest
 
 from hycache.cli.main import main
 from hycache.sim.metrics import PolicyResult
+from tests.cache.test_presets import PLANNER_KNOBS, VALUE_KNOBS
 
 GOLDEN = Path(__file__).parent / "data" / "tiers_off_chat80.json"
 ARGS = [
@@ -40,17 +41,7 @@ TIER_KNOBS = {
 
 #: hycache knobs added after the golden run: their defaults leave the results unchanged, except
 #: ``free_room``'s (checkpoints on free memory), which the golden run predates
-LATER_KNOBS = {
-    "learn_grid",
-    "tail",
-    "free_room",
-    "by_reason",
-    "superseded_weight",
-    "learn_superseded",
-    "dead_weight",
-    "exponent",
-    "aging_horizon",
-}
+LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS}
 
 
 def _strip(value: object) -> None:
