@@ -43,7 +43,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
@@ -51,6 +51,7 @@ from hycache.cache.presets import KnobValue
 from hycache.cli.knobs import add_knob_option, knob_overrides
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
+from hycache.sim.metrics import PolicyResult
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.trace_cache import default_cache_dir, load_trace
 from hycache.sim.workloads import WORKLOADS, generate
@@ -132,8 +133,13 @@ def _cell(
     if alpha is not None:  # Marconi's bootstrap depends on the source and capacity only
         config = dataclasses.replace(config, knobs={**KNOBS, "marconi": {"alpha": alpha}})
     result = run_policy(config, policy, capacity, Source(name, requests))
-    return name, {
-        "alpha": float(result.knobs.get("alpha") or 0.0) if policy == "marconi" else 0.0,
+    alpha = float(result.knobs.get("alpha") or 0.0) if policy == "marconi" else 0.0
+    return name, {"alpha": alpha, **result_metrics(result)}
+
+
+def result_metrics(result: PolicyResult) -> dict[str, float]:
+    """What the results file keeps of one replay."""
+    return {
         "token_hit_rate": result.token_hit_rate,
         "kv_hit_rate": result.kv_hit_rate,
         "ttft_p50_s": result.ttft_p50_s,
@@ -141,6 +147,54 @@ def _cell(
         "capacity_overrun_bytes": float(result.capacity_overrun_bytes),
         "wall_s": result.wall_s,
     }
+
+
+Store = dict[str, dict[str, float]]
+Cell = TypeVar("Cell")
+
+
+def load_store(path: Path) -> tuple[Store, Callable[[], None]]:
+    """The results file's replays (empty if it does not exist yet) and a function saving them."""
+    store: Store = json.loads(path.read_text()) if path.exists() else {}
+
+    def save() -> None:
+        path.write_text(json.dumps(store, indent=1, sort_keys=True))
+
+    return store, save
+
+
+def measure_footprints(
+    pool: Executor, store: Store, model: str, sources: list[str], requests: int
+) -> None:
+    """Each source's unlimited footprint into ``store`` (those not there yet)."""
+    todo = [(model, s, requests) for s in sources]
+    todo = [t for t in todo if _key("footprint", t[0], t[1], t[2]) not in store]
+    for name, footprint in pool.map(_footprint, todo):
+        store[_key("footprint", model, name, requests)] = {"bytes": footprint}
+
+
+def capacity_of(store: Store, model: str, name: str, requests: int, pct: float) -> int:
+    """``pct`` percent of the source's footprint, in bytes."""
+    footprint = int(store[_key("footprint", model, name, requests)]["bytes"])
+    return max(1, int(footprint * pct / 100))
+
+
+def run_cells(
+    pool: Executor,
+    fn: Callable[[Cell], tuple[str, dict[str, float]]],
+    cells: list[Cell],
+    desc: str,
+    done: Callable[[Cell, dict[str, float]], str],
+) -> None:
+    """Run ``fn`` on every cell in ``pool`` with a progress bar; ``done(cell, metrics)`` stores
+    a finished cell and returns the line to print for it."""
+    futures = {pool.submit(fn, cell): cell for cell in cells}
+    bar = tqdm(total=len(cells), desc=desc, unit="cell", file=sys.stderr)
+    for future, cell in futures.items():
+        _name, metrics = future.result()
+        bar.write(done(cell, metrics), file=sys.stderr)
+        bar.update(1)
+    bar.close()
 
 
 class RayExecutor(Executor):
@@ -188,29 +242,20 @@ def main() -> int:
     percents = [float(c) for c in args.capacities.split(",") if c]
     rerun = {p for p in args.rerun.split(",") if p}
     chosen = [p for p in args.policies.split(",") if p]
-    path = Path(args.results)
-    store: dict[str, dict[str, float]] = json.loads(path.read_text()) if path.exists() else {}
-
-    def save() -> None:
-        path.write_text(json.dumps(store, indent=1, sort_keys=True))
-
+    store, save = load_store(Path(args.results))
     pool: Executor
     if args.ray or args.ray_address:
         pool = RayExecutor(args.ray_address)
     else:
         pool = ProcessPoolExecutor(max_workers=args.jobs)
     with pool:
-        todo = [(args.model, s, args.requests) for s in sources]
-        todo = [t for t in todo if _key("footprint", t[0], t[1], t[2]) not in store]
-        for name, footprint in pool.map(_footprint, todo):
-            store[_key("footprint", args.model, name, args.requests)] = {"bytes": footprint}
+        measure_footprints(pool, store, args.model, sources, args.requests)
         save()
         for phase in modes:  # serial first: engine-mode Marconi reuses its alpha
             cells: list[tuple[str, str, int, str, int, str, float | None]] = []
             for name in sources:
-                footprint = int(store[_key("footprint", args.model, name, args.requests)]["bytes"])
                 for pct in percents:
-                    capacity = max(1, int(footprint * pct / 100))
+                    capacity = capacity_of(store, args.model, name, args.requests, pct)
                     for policy in chosen:
                         key = _key(args.model, name, args.requests, phase, capacity, policy)
                         if key in store and policy not in rerun:
@@ -226,20 +271,15 @@ def main() -> int:
                         )
             # the longest first: Mooncake replays and Marconi's bootstrap dominate
             cells.sort(key=lambda c: (c[1].split(":")[0] not in MOONCAKE, c[5] != "marconi"))
-            futures = {pool.submit(_cell, cell): cell for cell in cells}
-            bar = tqdm(total=len(cells), desc=f"{phase} cells", unit="cell", file=sys.stderr)
-            for future, cell in futures.items():
-                _name, metrics = future.result()
+
+            def done(
+                cell: tuple[str, str, int, str, int, str, float | None], metrics: dict[str, float]
+            ) -> str:
                 store[_key(*cell[:6])] = metrics
                 save()
-                bar.write(
-                    f"{cell[1]} {cell[3]} {cell[4] / 1e9:.2f}GB {cell[5]}: "
-                    f"hit {metrics['token_hit_rate']:.4f} p95 {metrics['ttft_p95_s']:.3f}s "
-                    f"({metrics['wall_s']:.1f}s)",
-                    file=sys.stderr,
-                )
-                bar.update(1)
-            bar.close()
+                return f"{cell[1]} {cell[3]} {cell[4] / 1e9:.2f}GB {cell[5]}: {describe(metrics)}"
+
+            run_cells(pool, _cell, cells, f"{phase} cells", done)
     if set(chosen) != set(POLICIES):
         return 0  # the table compares all four presets
     heat: dict[tuple[str, str], dict[str, float]] = {}
@@ -247,6 +287,14 @@ def main() -> int:
     if args.html:
         write_heatmap(heat, args.model, args.requests, Path(args.html))
     return status
+
+
+def describe(metrics: dict[str, float]) -> str:
+    """One finished replay in a progress line."""
+    return (
+        f"hit {metrics['token_hit_rate']:.4f} p95 {metrics['ttft_p95_s']:.3f}s "
+        f"({metrics['wall_s']:.1f}s)"
+    )
 
 
 def write_heatmap(
@@ -278,10 +326,9 @@ def report(
     held = total = 0
     ratios: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
     for name in sources:
-        footprint = int(store[_key("footprint", model, name, requests)]["bytes"])
         for mode in modes:
             for pct in percents:
-                capacity = max(1, int(footprint * pct / 100))
+                capacity = capacity_of(store, model, name, requests, pct)
                 rows = {p: store[_key(model, name, requests, mode, capacity, p)] for p in POLICIES}
                 hits = {p: r["token_hit_rate"] for p, r in rows.items()}
                 if heat is not None:

@@ -86,3 +86,40 @@ def test_a_donated_end_state_is_kept_at_a_lower_reuse_bar_than_a_copied_one() ->
     assert (donated, copied) == (64, 64 // copying.retry_every)
     rarer = HycachePlanner().plan(PlanInput(1000, 0, 0, 1, None, 24, {"final": (50, 2)}))
     assert not rarer.keep_final_state
+
+
+def test_without_free_room_a_plan_takes_at_most_one_prefill_checkpoint() -> None:
+    """Room for every candidate: with ``free_room`` the plan also takes the left-out ones, as
+    reason ``room``; without it, or without the room, at most ``max_prefill_checkpoints``."""
+    for roomy, free in ((True, 64), (False, 64), (True, 1)):
+        planner = HycachePlanner(adaptive=False, free_room=roomy)
+        plan = planner.plan(
+            PlanInput(4000, 0, 2000, 1, None, 0, free_states=free, state_kv_tokens=500)
+        )
+        prefill = [p for p in plan.checkpoints if p.position <= 4000]
+        reasons = {p.reason for p in prefill}
+        if roomy and free > 1:
+            assert len(prefill) > 1 and "room" in reasons and len(reasons - {"room"}) == 1
+        else:
+            assert len(prefill) == 1 and "room" not in reasons
+
+
+def test_without_the_tail_checkpoint_no_tail_reason_appears() -> None:
+    for tail in (True, False):
+        planner = HycachePlanner(adaptive=False, free_room=False, tail_checkpoint=tail)
+        reasons: set[str] = set()
+        for i in range(20):
+            plan = planner.plan(plan_input(3000 + i, kv_hit=3000 + i - 64))
+            reasons |= {p.reason for p in plan.checkpoints}
+        roomy = HycachePlanner(tail_checkpoint=tail).plan(
+            PlanInput(4000, 0, 0, 1, None, 0, free_states=64, state_kv_tokens=500)
+        )
+        reasons |= {p.reason for p in roomy.checkpoints}
+        assert ("tail" in reasons) is tail
+
+
+def test_without_learn_grid_the_prompt_end_stays_on_the_page_grid() -> None:
+    planner = HycachePlanner(adaptive=False, learn_grid=False)
+    for i in range(1, 30):
+        planner.plan(plan_input(512 * i + 100, kv_hit=512 * i))
+    assert planner.divergence_grid(1) == 1

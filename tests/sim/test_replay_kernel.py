@@ -29,7 +29,8 @@ def without_kernel_grid(spec: ModelSpec) -> ModelSpec:
 def test_a_shared_prefix_state_costs_no_forward_pass_on_the_kernel_grid() -> None:
     """Two prompts share 3000 tokens; the third request diverges inside the shared part. The
     second one checkpoints the branch point: on the 64-token grid from inside its single chunk
-    (its TTFT is one forward pass), without a kernel grid by ending a chunk there (two)."""
+    (its TTFT is one forward pass), without a kernel grid by ending a chunk there (two). The
+    cache is nearly unlimited: ``free_room`` is off, else every grid point would be a state."""
     shared = list(range(3000))
     requests = [
         request("a", [*shared, *range(10_000, 10_500)], 4, 0.0),

@@ -208,6 +208,52 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
         "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
         "token_budget": Knob(None, int, "prefill token budget per chunk", "-", optional=True),
+        "learn_grid": Knob(
+            True,
+            bool,
+            "round the prompt-end checkpoint down to the learned divergence grid (false: the "
+            "page grid)",
+            "-",
+        ),
+        "tail": Knob(
+            True,
+            bool,
+            "checkpoint at the prompt end less the learned unique tail of prompts sharing a prefix",
+            "-",
+        ),
+        "by_reason": Knob(
+            True,
+            bool,
+            "value eviction: weight a state by how often states of its checkpoint reason were "
+            "reused",
+            "-",
+        ),
+        "superseded_weight": Knob(
+            0.05,
+            float,
+            "value eviction: the least weight of a superseded state (1: superseded states are not "
+            "discounted)",
+            "-",
+        ),
+        "learn_superseded": Knob(
+            True,
+            bool,
+            "value eviction: learn the superseded weight from the hits (false: superseded_weight)",
+            "-",
+        ),
+        "dead_weight": Knob(
+            0.1, float, "value eviction: weight of KV on a leaf holding no state (a dead tail)", "-"
+        ),
+        "exponent": Knob(
+            0.5, float, "value eviction: exponent of saved FLOPs per byte in the value", "-"
+        ),
+        "aging_horizon": Knob(
+            1600,
+            int,
+            "value eviction: cache ticks over which the clock advances by one typical value (0: "
+            "GreedyDual's clock alone)",
+            "-",
+        ),
         "read_matched_kv": Knob(
             True,
             bool,
@@ -458,11 +504,22 @@ def build_marconi(
     )
 
 
-def _hycache_eviction(name: str, session_aware: bool, pins: bool) -> EvictionPolicy:
+def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
+    name = str(k["eviction"])
+    session_aware, pins = bool(k["session_aware"]), bool(k["pin_published_state"])
     if name == "lru":
         return LRUEviction(session_aware=session_aware, pins_published_state=pins)
     if name == "value":
-        return ValueEviction(session_aware=session_aware, pins_published_state=pins)
+        return ValueEviction(
+            session_aware=session_aware,
+            pins_published_state=pins,
+            superseded_weight=_number("hycache", "superseded_weight", k["superseded_weight"]),
+            learn_superseded=bool(k["learn_superseded"]),
+            dead_weight=_number("hycache", "dead_weight", k["dead_weight"]),
+            by_reason=bool(k["by_reason"]),
+            exponent=_number("hycache", "exponent", k["exponent"]),
+            aging_horizon=_optional_int("hycache", "aging_horizon", k["aging_horizon"]) or 0,
+        )
     return GDSFEviction(
         session_aware=session_aware, use_frequency=name == "gdsf", pins_published_state=pins
     )
@@ -485,12 +542,14 @@ def build_hycache(
             name="hycache",
         ),
         checkpoint=HycachePlanner(
-            interval, adaptive=bool(k["adaptive"]), free_room=bool(k["free_room"])
+            interval,
+            adaptive=bool(k["adaptive"]),
+            learn_grid=bool(k["learn_grid"]),
+            tail_checkpoint=bool(k["tail"]),
+            free_room=bool(k["free_room"]),
         ),
         admission=_admission(k["admission"]),
-        eviction=_hycache_eviction(
-            str(k["eviction"]), bool(k["session_aware"]), bool(k["pin_published_state"])
-        ),
+        eviction=_hycache_eviction(k),
     )
 
 

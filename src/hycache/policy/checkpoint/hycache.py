@@ -27,6 +27,8 @@ class HycachePlanner(CheckpointPolicy):
       turn can use;
     * the end of the request (input + output, rounded down to a page): the next turn of a
       conversation resumes there;
+    * the *tail* point (with ``tail_checkpoint``): the prompt end less the ``TAIL_QUANTILE`` of
+      the unique tails of recent prompts that shared a prefix;
     * optionally one every ``interval`` prompt tokens.
 
     A prefill checkpoint is moved down onto the kernel grid of its chunk (``kernel_chunk``,
@@ -53,9 +55,11 @@ class HycachePlanner(CheckpointPolicy):
         adaptive: bool = True,
         max_prefill_checkpoints: int = 1,
         free_room: bool = True,
+        tail_checkpoint: bool = True,
     ) -> None:
         self.interval = interval
         self.free_room = free_room
+        self.tail_checkpoint = tail_checkpoint
         self.max_prefill_checkpoints = max_prefill_checkpoints
         self.learn_grid = learn_grid
         self.adaptive = adaptive
@@ -126,9 +130,10 @@ class HycachePlanner(CheckpointPolicy):
         position = floor_to(n, self.divergence_grid(page))
         if position > start:
             wanted[position] = "prompt_end"
-        tail = floor_to(n - self.tail_length(), page)  # a later prompt sharing all but its tail
-        if tail > start and tail not in wanted:
-            wanted[tail] = "tail"
+        if self.tail_checkpoint:  # a later prompt sharing all but its tail diverges there
+            tail = floor_to(n - self.tail_length(), page)
+            if tail > start and tail not in wanted:
+                wanted[tail] = "tail"
         branch = floor_to(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
