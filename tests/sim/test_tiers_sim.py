@@ -27,8 +27,6 @@ ARGS = [
     "--policy",
     "all",
 ]
-#: a later policy rule, not a tier: the golden run predates it
-BEFORE_FREE_ROOM = ["--set", "hycache.free_room=false"]
 
 
 #: knobs added with the tiers; they only act with tiers, so the golden run predates them
@@ -38,12 +36,10 @@ TIER_KNOBS = {
     "hicache_fix_33713",
     "hicache_fix_40680",
     "hicache_fix_39851",
-    "free_room",
 }
 
 
-#: hycache knobs added after the golden run: their defaults leave the results unchanged, except
-#: ``free_room``'s (checkpoints on free memory), which the golden run predates
+#: hycache knobs added after the golden run: their defaults leave the results unchanged
 LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS}
 
 
@@ -67,7 +63,7 @@ def _load(path: Path) -> dict[str, Any]:
 def test_tiers_off_results_identical_to_before(tmp_path: Path) -> None:
     """Golden JSON written by the simulator before host tiers existed (wall time left out)."""
     out = tmp_path / "off.json"
-    assert main([*ARGS, *BEFORE_FREE_ROOM, "--json", str(out)]) == 0
+    assert main([*ARGS, "--json", str(out)]) == 0
     assert _load(out) == json.loads(GOLDEN.read_text())
 
 

@@ -54,7 +54,7 @@ class HycachePlanner(CheckpointPolicy):
         learn_grid: bool = True,
         adaptive: bool = True,
         max_prefill_checkpoints: int = 1,
-        free_room: bool = True,
+        free_room: bool = False,
         tail_checkpoint: bool = True,
     ) -> None:
         self.interval = interval
