@@ -67,26 +67,32 @@ class Accounting:
         """Bytes per resource of cached entries that requests in flight pin."""
         seen: set[Node] = set()
         held = dict.fromkeys(self.pool.budgets, 0)
+        pinned = self.eviction.pinned
+        charged = [(c, c.slot, self.pool.resource_of(c.kind)) for c in self.tree.components]
         for lease in self.in_flight:
             for node in (lease.kv_locked, lease.locked):
                 while node is not None and node.parent is not None and node not in seen:
                     seen.add(node)
-                    for c in self.tree.components:
-                        if self.eviction.pinned(node, c):
-                            held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
+                    data = node.data
+                    for c, slot, resource in charged:
+                        # absent data holds no bytes, pinned or not
+                        if data[slot] is not None and pinned(node, c):
+                            held[resource] += c.bytes_on(node)
                     node = node.parent
         return held
 
     def in_flight_bytes(self) -> dict[str, int]:
         """Bytes per resource that requests in flight hold privately."""
         held = dict.fromkeys(self.pool.budgets, 0)
+        costs = self.pool.costs
         for lease in self.in_flight:
             for kind, ids in lease.working.items():
-                held[self.pool.resource_of(kind)] += len(ids) * self.pool.unit_bytes(kind)
+                cost = costs[kind]
+                held[cost.resource] += len(ids) * cost.charged
             slots = len(lease.checkpoints) + len(lease.spare_slots)
             if slots:
-                resource = self.pool.resource_of("recurrent")
-                held[resource] += slots * self.pool.unit_bytes("recurrent")
+                cost = costs["recurrent"]
+                held[cost.resource] += slots * cost.charged
         return held
 
     def reclaimable(self) -> dict[str, int]:
