@@ -68,14 +68,26 @@ class Accounting:
         seen: set[Node] = set()
         held = dict.fromkeys(self.pool.budgets, 0)
         pinned = self.eviction.pinned
-        charged = [(c, c.slot, self.pool.resource_of(c.kind)) for c in self.tree.components]
+        resource_of = self.pool.resource_of
+        # the tree's rule pins data kept on a locked path (attention KV) and a policy only adds
+        # pins: no need to ask it for those
+        on_path = [
+            (c, c.slot, resource_of(c.kind)) for c in self.tree.components if c.pinned_on_path
+        ]
+        others = [
+            (c, c.slot, resource_of(c.kind)) for c in self.tree.components if not c.pinned_on_path
+        ]
         for lease in self.in_flight:
             for node in (lease.kv_locked, lease.locked):
                 while node is not None and node.parent is not None and node not in seen:
                     seen.add(node)
                     data = node.data
-                    for c, slot, resource in charged:
+                    locked = node.lock_ref > 0
+                    for c, slot, resource in on_path:
                         # absent data holds no bytes, pinned or not
+                        if data[slot] is not None and (locked or pinned(node, c)):
+                            held[resource] += c.bytes_on(node)
+                    for c, slot, resource in others:
                         if data[slot] is not None and pinned(node, c):
                             held[resource] += c.bytes_on(node)
                     node = node.parent
@@ -106,8 +118,11 @@ class Accounting:
         short = self.pool.shortfall(demand)
         if not short:
             return short
-        reclaimable = self.reclaimable()
-        if any(reclaimable[r] < missing for r, missing in short.items()):
+        used, flight = self.pool.used, self.in_flight_bytes()
+        if any(used[r] - flight[r] < missing for r, missing in short.items()):
+            return short  # short even if nothing were locked: skip the walk of the locks
+        locked = self.locked_bytes()
+        if any(used[r] - locked[r] - flight[r] < missing for r, missing in short.items()):
             return short
         return self._evict_for(demand, short)
 

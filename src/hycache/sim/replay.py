@@ -346,12 +346,13 @@ def replay_engine(
             )
             bulk = max(1, horizon)
         contexts = [f.position for f in decoding]
-        step = cost.step_time(prefill, contexts)
-        if bulk > 1:
+        if bulk > 1:  # decodes only, in bulk: priced at the middle of the run of steps
             mid = [c + bulk // 2 for c in contexts]
             step = cost.step_time([], mid)
             if pending is not None and not waiting:
                 bulk = max(1, min(bulk, int((pending.arrival_s - now) / step) + 1))
+        else:
+            step = cost.step_time(prefill, contexts)
         now += step * bulk
         sessions.advance(now)  # before this step's publishes and finishes insert
         steps += bulk

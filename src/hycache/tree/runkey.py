@@ -135,10 +135,12 @@ class RunKey:
         if a >= b:
             return _EMPTY
         ends = self._ends
+        if len(ends) == 1:
+            if a == 0 and b == ends[0]:
+                return self
+            return RunKey((self._firsts[0] + a,), (b - a,))
         if a == 0 and b == ends[-1]:
             return self
-        if len(ends) == 1:
-            return RunKey((self._firsts[0] + a,), (b - a,))
         i = bisect.bisect_right(ends, a)
         j = bisect.bisect_left(ends, b)
         before = ends[i - 1] if i else 0

@@ -69,7 +69,7 @@ class HeapEviction(EvictionPolicy):
 
     def _push(self, node: Node, component: Component) -> None:
         slot = component.slot
-        key = self._full_key(node, component)
+        key = self._full_key(node, component) if self.session_aware else self.key(node, component)
         self._current[(node, slot)] = key
         heapq.heappush(self._slot_heap[slot], (key, next(self._seq), node, slot))
         self._entries += 1
