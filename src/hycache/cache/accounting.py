@@ -65,28 +65,57 @@ class Accounting:
     # ------------------------------------------------------------------ who holds what
     def locked_bytes(self) -> dict[str, int]:
         """Bytes per resource of cached entries that requests in flight pin."""
+        held, undecided = self._locked_walk()
+        return self._add_pinned(held, undecided)
+
+    def _add_pinned(
+        self, held: dict[str, int], undecided: list[tuple[Node, Component, str]]
+    ) -> dict[str, int]:
+        """``held`` plus the bytes of the ``undecided`` entries the eviction policy pins."""
+        pinned = self.eviction.pinned
+        for node, component, resource in undecided:
+            if pinned(node, component):
+                held[resource] += component.bytes_on(node)
+        return held
+
+    def _locked_walk(self) -> tuple[dict[str, int], list[tuple[Node, Component, str]]]:
+        """One walk of the locked paths: the bytes per resource surely pinned (attention KV on
+        a locked node: the tree's rule pins it, and a policy only adds pins), and the entries
+        whose pin the eviction policy decides (states), with their resources. Absent data
+        holds no bytes, pinned or not."""
         seen: set[Node] = set()
         held = dict.fromkeys(self.pool.budgets, 0)
+        undecided: list[tuple[Node, Component, str]] = []
+        resource_of = self.pool.resource_of
+        charged = [(c, c.slot, resource_of(c.kind), c.pinned_on_path) for c in self.tree.components]
         for lease in self.in_flight:
             for node in (lease.kv_locked, lease.locked):
                 while node is not None and node.parent is not None and node not in seen:
                     seen.add(node)
-                    for c in self.tree.components:
-                        if self.eviction.pinned(node, c):
-                            held[self.pool.resource_of(c.kind)] += c.bytes_on(node)
+                    data = node.data
+                    locked = node.lock_ref > 0
+                    for c, slot, resource, on_path in charged:
+                        if data[slot] is None:
+                            continue
+                        if locked and on_path:
+                            held[resource] += c.bytes_on(node)
+                        else:
+                            undecided.append((node, c, resource))
                     node = node.parent
-        return held
+        return held, undecided
 
     def in_flight_bytes(self) -> dict[str, int]:
         """Bytes per resource that requests in flight hold privately."""
         held = dict.fromkeys(self.pool.budgets, 0)
+        costs = self.pool.costs
         for lease in self.in_flight:
             for kind, ids in lease.working.items():
-                held[self.pool.resource_of(kind)] += len(ids) * self.pool.unit_bytes(kind)
+                cost = costs[kind]
+                held[cost.resource] += len(ids) * cost.charged
             slots = len(lease.checkpoints) + len(lease.spare_slots)
             if slots:
-                resource = self.pool.resource_of("recurrent")
-                held[resource] += slots * self.pool.unit_bytes("recurrent")
+                cost = costs["recurrent"]
+                held[cost.resource] += slots * cost.charged
         return held
 
     def reclaimable(self) -> dict[str, int]:
@@ -100,9 +129,17 @@ class Accounting:
         short = self.pool.shortfall(demand)
         if not short:
             return short
-        reclaimable = self.reclaimable()
-        if any(reclaimable[r] < missing for r, missing in short.items()):
-            return short
+        used, flight = self.pool.used, self.in_flight_bytes()
+        if any(used[r] - flight[r] < missing for r, missing in short.items()):
+            return short  # short even if nothing were locked: skip the walk of the locks
+        locked, undecided = self._locked_walk()
+        most = dict(locked)  # as if the policy pinned every entry it decides
+        for node, component, resource in undecided:
+            most[resource] += component.bytes_on(node)
+        if any(used[r] - most[r] - flight[r] < missing for r, missing in short.items()):
+            locked = self._add_pinned(locked, undecided)  # it may not fit: ask the policy
+            if any(used[r] - locked[r] - flight[r] < missing for r, missing in short.items()):
+                return short
         return self._evict_for(demand, short)
 
     def _evict_for(self, demand: dict[str, int], short: dict[str, int]) -> dict[str, int]:

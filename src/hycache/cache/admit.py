@@ -204,8 +204,10 @@ class Admitter:
         best = 0
         for lease in self.in_flight:
             upto = min(hit, lease.published_upto)
-            if upto > lease.hit and key[: upto * TOKEN_BYTES] == lease.key[: upto * TOKEN_BYTES]:
-                best = max(best, upto - lease.hit)
+            if upto - lease.hit > best and (
+                key[: upto * TOKEN_BYTES] == lease.key[: upto * TOKEN_BYTES]
+            ):  # compared only when it could raise ``best``
+                best = upto - lease.hit
         return best
 
 

@@ -109,7 +109,8 @@ class Inserter:
         need = acc.plan_insert(key, ns, upto, args).units_by_kind()
         moved: dict[str, int] = {}
         for kind, count in need.items():  # the pages move from the request to the tree
-            ids = list(lease.working.get(kind, ()))
+            ids = lease.working.get(kind, ())  # sliced, not copied: an untracked pool's
+            # ids are a ``range`` of any length
             moved[kind] = min(count, len(ids))
             self.pool.free(kind, ids[: moved[kind]])
             lease.working[kind] = ids[moved[kind] :]

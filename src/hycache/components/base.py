@@ -52,23 +52,20 @@ class Component(ABC):
     #: ``node.end``): inserts that slide windows keep attention windows before such points.
     marks_resume_point: ClassVar[bool] = False
 
+    #: where this component's data lives in ``node.data``: a plain attribute (read on every
+    #: hot path), set by ``bind`` (AttributeError before)
+    slot: int
+
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.kind
-        self._slot: int | None = None
         self.page_size = 1
 
     def bind(self, slot: int, page_size: int) -> None:
         """Called once by the tree: where this component's data lives in ``node.data``."""
-        if self._slot is not None:
+        if "slot" in self.__dict__:
             raise CacheUsageError(f"component {self.name} is already bound to a tree")
-        self._slot = slot
+        self.slot = slot
         self.page_size = page_size
-
-    @property
-    def slot(self) -> int:
-        if self._slot is None:
-            raise CacheUsageError(f"component {self.name} is not bound to a tree")
-        return self._slot
 
     def has(self, node: Node) -> bool:
         """Whether this component holds data on ``node``."""

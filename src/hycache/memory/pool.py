@@ -115,19 +115,22 @@ class MemoryPool:
     def demand_bytes(self, demand: Mapping[str, int]) -> dict[str, int]:
         """Bytes per resource that ``demand`` (units per kind) needs."""
         need = dict.fromkeys(self.budgets, 0)
+        costs = self.costs
         for kind, count in demand.items():
             if count:
-                cost = self.costs[kind]
+                cost = costs[kind]
                 need[cost.resource] += count * cost.charged
         return need
 
     def shortfall(self, demand: Mapping[str, int]) -> dict[str, int]:
         """Bytes per resource that must be freed before ``demand`` fits (only positive ones)."""
         short = {}
+        budgets, used = self.budgets, self.used
         for resource, need in self.demand_bytes(demand).items():
-            missing = need - self.free_bytes(resource)
-            if need and missing > 0:
-                short[resource] = missing
+            if need:
+                missing = need - (budgets[resource] - used[resource])  # - free_bytes
+                if missing > 0:
+                    short[resource] = missing
         return short
 
     def fits_empty(self, demand: Mapping[str, int]) -> bool:

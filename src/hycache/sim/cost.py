@@ -37,6 +37,8 @@ from ``hycache.sim.hardware``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import reduce
+from operator import add
 from typing import Literal
 
 from hycache.errors import ConfigError
@@ -130,14 +132,14 @@ class CostModel:
     def decode_flops(self, context_lens: Sequence[int]) -> float:
         """FLOPs of one decode step: per sequence with ``c`` context tokens
         ``spec.prefill_flops(c, 1) + 2 * vocab * hidden``."""
-        memo, head = self._decode_flops, self.lm_head_flops
-        total = 0.0
-        for c in context_lens:
-            flops = memo.get(c)
-            if flops is None:
-                flops = memo[c] = self.spec.prefill_flops(c, 1) + head
-            total += flops
-        return total
+        memo = self._decode_flops
+        missing = [c for c in context_lens if c not in memo]
+        if missing:
+            head = self.lm_head_flops
+            for c in missing:
+                memo[c] = self.spec.prefill_flops(c, 1) + head
+        # summed left to right from 0.0, as a loop would (``sum`` may round differently)
+        return reduce(add, map(memo.__getitem__, context_lens), 0.0)
 
     # ------------------------------------------------------------------ bytes
 

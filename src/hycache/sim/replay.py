@@ -184,7 +184,11 @@ def replay_serial(
     return policy_result(cache, rec, "serial", time.perf_counter() - start, knobs or {})
 
 
-@dataclass
+#: ``_Flight.due_at`` once every planned checkpoint is recorded
+NEVER = 1 << 60
+
+
+@dataclass(slots=True)
 class _Flight:
     request: Request
     lease: Lease
@@ -197,17 +201,23 @@ class _Flight:
     next_checkpoint: int = 0
     pieces: list[tuple[int, int]] = field(default_factory=list)
     load_s: float = 0.0  # host -> device load-back before its prefill (host tier)
+    #: the next planned checkpoint's position (``NEVER``: none left): the step loop calls
+    #: ``record_due`` only once ``position`` reaches it
+    due_at: int = 0
 
     def record_due(self, cache: HybridPrefixCache) -> None:
         """Copy states at every planned checkpoint the request has reached (the chunk just run
         ended there, or passed it on the kernel grid: see ``piece_end``)."""
+        checkpoints = self.checkpoints
         while (
-            self.next_checkpoint < len(self.checkpoints)
-            and self.checkpoints[self.next_checkpoint] <= self.position
+            self.next_checkpoint < len(checkpoints)
+            and checkpoints[self.next_checkpoint] <= self.position
         ):
-            point = self.checkpoints[self.next_checkpoint]
+            point = checkpoints[self.next_checkpoint]
             cache.record_checkpoint(self.lease, point, self.reasons[point])
             self.next_checkpoint += 1
+        following = self.next_checkpoint
+        self.due_at = checkpoints[following] if following < len(checkpoints) else NEVER
 
     def piece_end(self, target: int, kernel_chunk: int | None) -> int:
         """Where this step's prefill piece, planned to run to ``target``, must stop: at the
@@ -335,19 +345,21 @@ def replay_engine(
             )
             bulk = max(1, horizon)
         contexts = [f.position for f in decoding]
-        step = cost.step_time(prefill, contexts)
-        if bulk > 1:
+        if bulk > 1:  # decodes only, in bulk: priced at the middle of the run of steps
             mid = [c + bulk // 2 for c in contexts]
             step = cost.step_time([], mid)
             if pending is not None and not waiting:
                 bulk = max(1, min(bulk, int((pending.arrival_s - now) / step) + 1))
+        else:
+            step = cost.step_time(prefill, contexts)
         now += step * bulk
         sessions.advance(now)  # before this step's publishes and finishes insert
         finished: list[_Flight] = []
         for flight in decoding:
             flight.generated += bulk
             flight.position += bulk
-            flight.record_due(cache)
+            if flight.position >= flight.due_at:
+                flight.record_due(cache)
             if flight.generated >= flight.request.output_len:
                 finished.append(flight)
         for flight in prefilling:

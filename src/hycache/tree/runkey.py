@@ -27,6 +27,10 @@ from hycache.errors import CacheUsageError
 ID_BYTES = 8
 
 _WINDOW = 1 << 16
+#: one-run keys' hashes remembered (first id, count) -> hash, before the memo starts over: a
+#: tree looks the same pages up again and again, and each hash would expand the run
+RUN_HASH_MEMO = 1 << 16
+_RUN_HASHES: dict[tuple[int, int], int] = {}
 _LITTLE = sys.byteorder == "little"
 _RAMP: list[memoryview] = []
 
@@ -135,10 +139,12 @@ class RunKey:
         if a >= b:
             return _EMPTY
         ends = self._ends
+        if len(ends) == 1:
+            if a == 0 and b == ends[0]:
+                return self
+            return RunKey((self._firsts[0] + a,), (b - a,))
         if a == 0 and b == ends[-1]:
             return self
-        if len(ends) == 1:
-            return RunKey((self._firsts[0] + a,), (b - a,))
         i = bisect.bisect_right(ends, a)
         j = bisect.bisect_left(ends, b)
         before = ends[i - 1] if i else 0
@@ -154,7 +160,16 @@ class RunKey:
 
     def __hash__(self) -> int:
         if self._hash is None:
-            self._hash = hash(bytes(self))
+            if len(self._ends) == 1:  # one run (a page looked up in a node's children)
+                run = (self._firsts[0], self._ends[0])
+                known = _RUN_HASHES.get(run)
+                if known is None:
+                    if len(_RUN_HASHES) >= RUN_HASH_MEMO:
+                        _RUN_HASHES.clear()
+                    known = _RUN_HASHES[run] = hash(bytes(self))
+                self._hash = known
+            else:
+                self._hash = hash(bytes(self))
         return self._hash
 
     def __add__(self, other: bytes | RunKey) -> RunKey:

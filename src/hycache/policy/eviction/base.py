@@ -88,7 +88,8 @@ class EvictionPolicy(ABC):
 
     def pinned(self, node: Node, component: Component) -> bool:
         """Whether the entry may not be evicted now (``next_victim`` never yields it).
-        Default: the tree's rule (KV on a locked path, a state where a lock ends)."""
+        Default: the tree's rule (KV on a locked path, a state where a lock ends). A policy
+        may pin more, never less (the cache counts locked KV without asking)."""
         return self.context.tree.pinned(node, component)
 
     @abstractmethod

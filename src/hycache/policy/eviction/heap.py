@@ -46,7 +46,16 @@ class HeapEviction(EvictionPolicy):
 
     def attach(self, context: EvictionContext) -> None:
         super().attach(context)
-        self._resource = {c.slot: context.resource_of(c.kind) for c in context.tree.components}
+        self._view = context  # ``context`` without the property's check, on hot paths
+        self._components = context.tree.components
+        self._resource = {c.slot: context.resource_of(c.kind) for c in self._components}
+        for resource in self._resource.values():
+            self._heaps.setdefault(resource, [])
+        self._bind_heaps()
+
+    def _bind_heaps(self) -> None:
+        """Per component slot, the heap its entries go to (after every swap of ``_heaps``)."""
+        self._slot_heap = [self._heaps[self._resource[c.slot]] for c in self._components]
 
     # ------------------------------------------------------------------ keys
     def key(self, node: Node, component: Component) -> Key:
@@ -55,14 +64,14 @@ class HeapEviction(EvictionPolicy):
     def _full_key(self, node: Node, component: Component) -> Key:
         base = self.key(node, component)
         if self.session_aware:
-            return (1.0 if self.context.is_live(node) else 0.0, *base)
+            return (1.0 if self._view.is_live(node) else 0.0, *base)
         return base
 
     def _push(self, node: Node, component: Component) -> None:
-        key = self._full_key(node, component)
-        self._current[(node, component.slot)] = key
-        heap = self._heaps.setdefault(self._resource[component.slot], [])
-        heapq.heappush(heap, (key, next(self._seq), node, component.slot))
+        slot = component.slot
+        key = self._full_key(node, component) if self.session_aware else self.key(node, component)
+        self._current[(node, slot)] = key
+        heapq.heappush(self._slot_heap[slot], (key, next(self._seq), node, slot))
         self._entries += 1
         if self._entries > 2 * self._kept + COMPACT_SLACK and not self._stash:
             self._compact()
@@ -72,7 +81,7 @@ class HeapEviction(EvictionPolicy):
         pruned or removed with their data, states dropped by a cap): without this the heaps
         and the per-entry dicts grow with every request ever served and keep dead nodes,
         with their token keys, alive. Amortised O(1) per push."""
-        components = self.context.tree.components
+        components = self._components
         live = {
             ident: key
             for ident, key in self._current.items()
@@ -91,6 +100,7 @@ class HeapEviction(EvictionPolicy):
             heaps[resource] = list(first.values())
             heapq.heapify(heaps[resource])
         self._current, self._heaps = live, heaps
+        self._bind_heaps()
         self._kept = self._entries = len(live)
         self.forget(live.keys())
 
@@ -102,13 +112,14 @@ class HeapEviction(EvictionPolicy):
         self._push(node, component)
 
     def on_hit(self, path: list[Node], used: Node | None) -> None:
+        components = self._components
+        every_state = self.refresh_state_path
         for node in path:
-            for component in self.context.tree.components:
-                if not component.has(node):
+            data = node.data
+            for component in components:
+                if data[component.slot] is None:
                     continue
-                if isinstance(component, RecurrentComponent) and not (
-                    self.refresh_state_path or node is used
-                ):
+                if not (every_state or node is used) and isinstance(component, RecurrentComponent):
                     continue
                 self.touch(node, component)
                 self._push(node, component)
@@ -120,8 +131,8 @@ class HeapEviction(EvictionPolicy):
         if not self.session_aware:
             return
         for node in nodes:
-            live = 1.0 if self.context.is_live(node) else 0.0
-            for component in self.context.tree.components:
+            live = 1.0 if self._view.is_live(node) else 0.0
+            for component in self._components:
                 ident = (node, component.slot)
                 key = self._current.get(ident)
                 if key is None or key[0] == live:
@@ -139,20 +150,22 @@ class HeapEviction(EvictionPolicy):
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         heap = self._heaps.get(resource)
-        components = self.context.tree.components
+        components = self._components
+        current_of = self._current
+        session_aware = self.session_aware
         while heap:
             entry = heapq.heappop(heap)
             key, _, node, slot = entry
             ident = (node, slot)
-            current = self._current.get(ident)
+            current = current_of.get(ident)
             if current is None or current != key:
                 continue  # superseded by a newer key, or already gone
             component = components[slot]
-            if node.parent is None or not component.has(node):
-                del self._current[ident]
+            if node.parent is None or node.data[slot] is None:
+                del current_of[ident]
                 continue
-            live = self.context.is_live(node) if self.session_aware else False
-            if self.session_aware and (key[0] == 1.0) != live:
+            live = self._view.is_live(node) if session_aware else False
+            if session_aware and (key[0] == 1.0) != live:
                 # liveness changed: re-file with the same base key (re-computing it would
                 # count as a fresh access: GDSF's aging clock has moved on since)
                 refiled = (1.0 if live else 0.0, *key[1:])
@@ -164,7 +177,7 @@ class HeapEviction(EvictionPolicy):
             ):
                 self._stash.append((resource, entry))
                 continue
-            del self._current[ident]
+            del current_of[ident]
             self.evicted(node, component, key)
             return node, component
         return None

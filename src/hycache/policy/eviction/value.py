@@ -80,6 +80,9 @@ class ValueEviction(HeapEviction):
         self._kv_per_token = (
             sum(c.bytes_per_page for c in context.kv_components) / context.page_size
         )
+        self._state_slot = -1 if self._state is None else self._state.slot
+        #: per slot, whether its entries are states (a recurrent component on any tier)
+        self._is_state = tuple(isinstance(c, RecurrentComponent) for c in self._components)
 
     # ------------------------------------------------------------------ values
     def _holder_above(self, node: Node) -> Node | None:
@@ -91,12 +94,14 @@ class ValueEviction(HeapEviction):
         state = self._state
         if not (state is not None):
             raise IntegrityError("broken invariant: state is not None")
+        slot = state.slot
         below = node
         for _ in range(WALK_LIMIT):
-            if len(below.children) != 1:
+            children = below.children
+            if len(children) != 1:
                 return False
-            below = next(iter(below.children.values()))
-            if state.has(below):
+            below = next(iter(children.values()))
+            if below.data[slot] is not None:
                 return True
         return False
 
@@ -104,18 +109,27 @@ class ValueEviction(HeapEviction):
         state = self._state
         if not (state is not None):
             raise IntegrityError("broken invariant: state is not None")
-        above = self._holder_above(node)
-        fallback = 0 if above is None else above.end
-        saved = self.context.prefill_flops(fallback, node.end - fallback)
-        size = state.bytes_per_state + self._kv_per_token * (node.end - fallback)
-        if len(node.children) > 1:
-            weight = float(len(node.children))  # the fallback of every continuation below
+        slot = self._state_slot
+        fallback = 0  # the end of the nearest state above (``holder_above``), inlined
+        above = node.parent
+        while above is not None and above.parent is not None:
+            if above.data[slot] is not None:
+                fallback = above.end
+                break
+            above = above.parent
+        end = node.end
+        view = self._view
+        saved = view.prefill_flops(fallback, end - fallback)
+        size = state.bytes_per_state + self._kv_per_token * (end - fallback)
+        children = len(node.children)
+        if children > 1:
+            weight = float(children)  # the fallback of every continuation below
         elif self._superseded(node):
             weight = self._superseded_factor()
         else:
             weight = 1.0
         if self.by_reason:
-            weight *= self.context.state_reuse_rate(node)
+            weight *= view.state_reuse_rate(node)
         density: float = (saved / size) ** self.exponent
         return weight * density
 
@@ -129,12 +143,13 @@ class ValueEviction(HeapEviction):
         return min(1.0, max(self.superseded_weight, ratio))
 
     def _value(self, node: Node, component: Component) -> float:
-        state = self._state
-        if state is not None and (isinstance(component, RecurrentComponent) or state.has(node)):
+        if self._state is not None and (
+            self._is_state[component.slot] or node.data[self._state_slot] is not None
+        ):
             return self._state_value(node)  # a state, or KV on the node holding it
-        saved = self.context.prefill_flops(node.start, node.length)
+        saved = self._view.prefill_flops(node.start, node.end - node.start)
         value: float = (saved / max(component.bytes_on(node), 1)) ** self.exponent
-        if state is not None and not node.children:
+        if self._state is not None and not node.children:
             value *= self.dead_weight  # a leaf no request can resume inside
         return value
 
@@ -144,7 +159,7 @@ class ValueEviction(HeapEviction):
         touched for that long has lost one typical value over the entries touched now."""
         if not self.aging_horizon:
             return self._clock
-        return self._clock + self._typical * self.context.clock / self.aging_horizon
+        return self._clock + self._typical * self._view.clock / self.aging_horizon
 
     def key(self, node: Node, component: Component) -> Key:
         value = self._value(node, component)
@@ -203,14 +218,14 @@ class ValueEviction(HeapEviction):
             return True
         if not (node.lock_ref > 0 and isinstance(component, RecurrentComponent)):
             return False
-        if not self.context.tree.locks_passing(node):
+        if not self._view.tree.locks_passing(node):
             return False  # locks only end here: KV-only locks (nobody will read this state)
         if len(node.children) > 1:
             return True  # a branch point: the fallback of every continuation below
         if (
-            self.context.state_reason(node) == "tail"
+            self._view.state_reason(node) == "tail"
             and not (node.hits or self._guesses_are_cheap())
-            and not self.context.passed_by_others(node)
+            and not self._view.passed_by_others(node)
         ):
             return False  # an unproven guess only its own request passes, and memory is dear
         return not self._superseded(node)
@@ -221,7 +236,7 @@ class ValueEviction(HeapEviction):
         state = self._state
         if not (state is not None):
             raise IntegrityError("broken invariant: state is not None")
-        return state.bytes_per_state * CHEAP_GUESS_SHARE <= self.context.budget_bytes
+        return state.bytes_per_state * CHEAP_GUESS_SHARE <= self._view.budget_bytes
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         self._settle()
@@ -262,11 +277,12 @@ class ValueEviction(HeapEviction):
         if not self._dirty:
             return
         dirty, self._dirty = self._dirty, []
-        components = self.context.tree.components
+        components = self._components
         for node in dict.fromkeys(dirty):
             if node.parent is None:
                 continue
+            data = node.data
             for component in components:
-                ident = (node, component.slot)
-                if component.has(node) and ident in self._current:
+                slot = component.slot
+                if data[slot] is not None and (node, slot) in self._current:
                     self._push(node, component)
