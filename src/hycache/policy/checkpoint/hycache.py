@@ -4,6 +4,8 @@ reused. Pure apart from what it learns."""
 
 from __future__ import annotations
 
+import bisect
+
 from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
 
@@ -71,12 +73,17 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
-        self._tails: list[int] = []
+        self._tails: list[int] = []  # in arrival order
+        self._sorted_tails: list[int] = []  # the same, sorted
+        self._grid_memo: tuple[int, int, int] | None = None  # (page, observed, grid)
 
     def divergence_grid(self, page: int) -> int:
         """The learned grid (>= page); ``page`` until 20 divergences were observed."""
         if not self.learn_grid or self._observed < 20:
             return page
+        memo = self._grid_memo
+        if memo is not None and memo[0] == page and memo[1] == self._observed:
+            return memo[2]
         grid = page
         candidate = page * 2
         while candidate <= 4096:
@@ -85,6 +92,7 @@ class HycachePlanner(CheckpointPolicy):
                 break
             grid = candidate
             candidate *= 2
+        self._grid_memo = (page, self._observed, grid)
         return grid
 
     def tail_length(self) -> int:
@@ -93,15 +101,18 @@ class HycachePlanner(CheckpointPolicy):
         prompts that shared a prefix; ``DEFAULT_TAIL`` until 8 were seen."""
         if len(self._tails) < 8:
             return DEFAULT_TAIL
-        ordered = sorted(self._tails)
+        ordered = self._sorted_tails
         return ordered[min(len(ordered) - 1, int(TAIL_QUANTILE * len(ordered)))]
 
     def _observe(self, kv_hit: int, prompt_len: int) -> None:
         if kv_hit <= 0:
             return
-        self._tails.append(prompt_len - kv_hit)
+        tail = prompt_len - kv_hit
+        self._tails.append(tail)
+        bisect.insort(self._sorted_tails, tail)
         if len(self._tails) > TAIL_MEMORY:
-            del self._tails[0]
+            oldest = self._tails.pop(0)
+            del self._sorted_tails[bisect.bisect_left(self._sorted_tails, oldest)]
         power = kv_hit & -kv_hit  # largest power of two dividing kv_hit
         power = min(power, 4096)
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
