@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.scripts import load_script
 
 
 def test_reference_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HYCACHE_CACHE_DIR", str(tmp_path / "cache"))
-    trace_mod = _load("sharegpt_trace")
-    ref = _load("marconi_reference")
+    trace_mod = load_script("sharegpt_trace")
+    ref = load_script("marconi_reference")
     conversations = [
         [trace_mod.Message("human" if m % 2 == 0 else "gpt", f"s{s} m{m} " * 40) for m in range(8)]
         for s in range(6)

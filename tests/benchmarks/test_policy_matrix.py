@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from hycache.sim.workloads import generate
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.scripts import load_script
 
 
 def test_split_labels_keep_tuning_and_evaluation_apart() -> None:
-    matrix = _load("policy_matrix")
+    matrix = load_script("policy_matrix")
     names = ["chat", "mooncake_synthetic"]
     evaluation = matrix.split_sources(names, "eval", [1, 2, 3, 4, 5])
     tuning = matrix.split_sources(names, "tune", [1, 2, 3, 4, 5])
@@ -39,7 +26,7 @@ def test_sources_yield_the_seed_and_the_half_they_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HYCACHE_CACHE_DIR", str(tmp_path))
-    matrix = _load("policy_matrix")
+    matrix = load_script("policy_matrix")
     seeded = [r.prompt for r in matrix.Source("chat:s3", 20)()]
     assert seeded == [r.prompt for r in generate("chat", requests=20, seed=3)]
     assert seeded != [r.prompt for r in generate("chat", requests=20, seed=0)]

@@ -44,6 +44,12 @@ class Admitter:
         self.checkpoint = checkpoint
         self.eviction = eviction
         self.kernel_chunk = kernel_chunk
+        #: KV tokens (over every attention component) that weigh as much as one state
+        self.state_kv_tokens: int | None = None
+        kv_page = sum(c.bytes_per_page for c in accounting.kv_components)
+        if accounting.recurrent is not None and kv_page:
+            state = self.pool.unit_bytes("recurrent")
+            self.state_kv_tokens = state * accounting.page_size // kv_page
 
     def check_fits(self, n: int, max_new_tokens: int, token_budget: int | None) -> None:
         """CapacityError if no empty pool could ever run the request (checked first)."""
@@ -167,11 +173,9 @@ class Admitter:
         """States that fit into free memory now, and the KV tokens one state weighs."""
         if self.accounting.recurrent is None:
             return None, None
-        acc, pool = self.accounting, self.pool
-        kv_page = sum(c.bytes_per_page for c in acc.kv_components)
-        state = pool.unit_bytes("recurrent")
-        free = pool.free_bytes(pool.resource_of("recurrent")) // state
-        return free, (state * acc.page_size // kv_page if kv_page else None)
+        pool = self.pool
+        free = pool.free_bytes(pool.resource_of("recurrent")) // pool.unit_bytes("recurrent")
+        return free, self.state_kv_tokens
 
     def _pages(self, path: list[Node], upto: int) -> dict[str, tuple[PageRef, ...]]:
         return pages_on(self.accounting, path, 0, upto)

@@ -169,13 +169,12 @@ class HycachePlanner(CheckpointPolicy):
         if len(kept) > self.max_prefill_checkpoints:
             ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
             kept = dict(ranked[: self.max_prefill_checkpoints])
-        spare = [p for p in wanted if p not in kept] + [
-            p if kernel is None else onto_kernel_grid(start, ends, p, kernel, page)
-            for p in self._free_room_grid(request)
-        ]
-        extra = set(spare) - set(kept)
-        if extra and self._fits_free_room(request, len(kept) + len(extra)):
-            kept.update(dict.fromkeys(extra, "room"))
+        if self.free_room:
+            grid_points = [
+                p if kernel is None else onto_kernel_grid(start, ends, p, kernel, page)
+                for p in self._free_room_grid(request)
+            ]
+            kept.update(self._room_states(request, [*wanted, *grid_points], kept))
         ends = settle_ends(start, n, budget, tuple(kept), kernel)
         total = n + request.max_new_tokens
         final = floor_to(total, page)
@@ -192,20 +191,26 @@ class HycachePlanner(CheckpointPolicy):
         return PrefillPlan(tuple(ends), points, keep_final_state=donate)
 
     def _free_room_grid(self, request: PlanInput) -> range:
-        """With ``free_room``, a point every ``spacing`` tokens of the prompt past its start:
-        the divergence grid, at least the KV tokens one state weighs (so such states at most
-        double the memory of what they cover)."""
+        """A point every ``spacing`` tokens of the prompt past its start: the divergence grid,
+        at least the KV tokens one state weighs (so such states at most double the memory of
+        what they cover). Empty when the room or the weight is unknown."""
         weight = request.state_kv_tokens
-        if not self.free_room or request.free_states is None or weight is None:
+        if request.free_states is None or weight is None:
             return range(0)
         grid = self.divergence_grid(request.page_size)
         spacing = max(grid, -(-weight // grid) * grid)
         return range(floor_to(request.start, spacing) + spacing, request.prompt_len, spacing)
 
-    def _fits_free_room(self, request: PlanInput, states: int) -> bool:
-        """Whether ``states`` prefill states and the end state fit into free memory now."""
+    def _room_states(
+        self, request: PlanInput, candidates: list[int], kept: dict[int, str]
+    ) -> dict[int, str]:
+        """The ``candidates`` not in ``kept``, as reason ``room``, if they, ``kept`` and the end
+        state all fit into free memory now; else none."""
         room = request.free_states
-        return self.free_room and room is not None and states + 1 <= room
+        extra = set(candidates) - set(kept)
+        if room is None or not extra or len(kept) + len(extra) + 1 > room:
+            return {}
+        return dict.fromkeys(extra, "room")
 
     def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
         """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""
