@@ -4,12 +4,12 @@
         [--capacities 5,10,20,40] [--requests 200] [--model qwen3-next-80b-a3b] [--jobs 1]
         [--results ablation.json] [--variants tune,free_room,...] [--set hycache.KNOB=VALUE]
 
-Each variant turns one mechanism off, or for ``free_room`` (off by default) on
-(``VARIANTS``: ``--set hycache.KNOB=VALUE`` items, read by ``hycache.cli.knobs``) and replays
-`hycache` on the evaluation cells of ``benchmarks/policy_matrix.py``: the six built-in
-workloads (``--requests`` each) at seeds 1-5, never the data hycache's rules were tuned on
-(seed 0 and the Mooncake traces), at each capacity (percent of the source's unlimited
-footprint) and replay mode. ``--set`` items apply to every variant, the full hycache included.
+Each variant turns one mechanism off (``VARIANTS``: ``--set hycache.KNOB=VALUE`` items, read
+by ``hycache.cli.knobs``) and replays `hycache` on the evaluation cells of
+``benchmarks/policy_matrix.py``: the six built-in workloads (``--requests`` each) at seeds
+1-5, never the data hycache's rules were tuned on (seed 0 and the Mooncake traces), at each
+capacity (percent of the source's unlimited footprint) and replay mode. ``--set`` items apply
+to every variant, the full hycache included.
 
 Per mode and variant it prints the mean and the minimum of the variant's token hit rate over
 full hycache's, in engine mode the mean of its TTFT p95 over full hycache's, and in how many
@@ -67,7 +67,7 @@ FULL = Variant("full", ())
 VARIANTS = (
     Variant("tune", ("hycache.tune=false",)),
     Variant("adaptive", ("hycache.adaptive=false",)),
-    Variant("free_room", ("hycache.free_room=true",)),  # off by default: this one turns it on
+    Variant("free_room", ("hycache.free_room=false",)),
     Variant("learn_grid", ("hycache.learn_grid=false",)),
     Variant("tail", ("hycache.tail=false",)),
     Variant("value_eviction", ("hycache.eviction=gds",)),

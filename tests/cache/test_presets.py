@@ -38,14 +38,14 @@ def test_defaults_are_the_mechanisms_own() -> None:
     default_planner, default_eviction = HycachePlanner(), ValueEviction()
     for name in (*PLANNER_KNOBS.values(), "adaptive"):
         assert getattr(planner, name) == getattr(default_planner, name)
-    assert planner.free_room is False  # for plentiful memory only (docs/presets.md)
+    assert planner.free_room is True  # offered by the cache until memory first runs short
     for name in VALUE_KNOBS:
         assert getattr(eviction, name) == getattr(default_eviction, name)
 
 
 def test_each_ablation_knob_reaches_its_mechanism() -> None:
-    planner, _ = _parts(learn_grid=False, tail=False, free_room=True)
-    assert not (planner.learn_grid or planner.tail_checkpoint) and planner.free_room
+    planner, _ = _parts(learn_grid=False, tail=False, free_room=False)
+    assert not (planner.learn_grid or planner.tail_checkpoint or planner.free_room)
     _, eviction = _parts(
         by_reason=False,
         superseded_weight=1,

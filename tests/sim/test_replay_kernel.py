@@ -80,3 +80,28 @@ def test_a_piece_stops_at_a_planned_state_off_its_kernel_grid() -> None:
     flight.position = 128  # the step budget had cut the earlier piece at 128
     assert flight.piece_end(1000, 64) == 292  # 164 from this piece's start: off the grid
     cache.abort(lease)
+
+
+def test_a_room_state_off_the_kernel_grid_is_dropped_not_paid_for() -> None:
+    """A ``room`` state was taken only because it displaced nothing: one that would stop a
+    piece (a forward pass more) leaves the plan instead; on the grid it is kept."""
+    spec = load_spec("qwen3-next-80b-a3b")
+    cache = build_cache(spec, 10**12, "hycache", track_ids=False)
+    lease = cache.admit(list(range(1000)), max_new_tokens=1)
+    assert isinstance(lease, Lease)
+    reasons = {292: "room", 420: "tail", 548: "room"}
+    flight = _Flight(
+        request("x", list(range(1000)), 1, 0.0), lease, 100, [292, 420, 548], {**reasons}, [1000]
+    )
+    assert flight.piece_end(1000, 64) == 1000  # all on the grid from 100: nothing dropped
+    assert flight.checkpoints == [292, 420, 548]
+    flight.position = 128  # the step budget had cut the earlier piece at 128
+    # 292 is off the new piece's grid: dropped; the tail state at 420 stops the piece
+    assert flight.piece_end(1000, 64) == 420
+    assert flight.checkpoints == [420, 548] and set(flight.reasons) == {420, 548}
+    flight.position = 420
+    flight.record_due(cache)
+    flight.position = 421  # the next piece starts off the grid: the room state at 548 goes
+    assert flight.piece_end(1000, 64) == 1000
+    assert flight.checkpoints == [420]
+    cache.abort(lease)

@@ -57,6 +57,8 @@ class Accounting:
         self.page_size = tree.page_size
         #: called before an eviction drops data (a host tier demotes it; None: no tiers)
         self.on_evict: Callable[[Node, Component], None] | None = None
+        #: whether memory ever fell short of a demand (once true, stays true)
+        self.ever_short = False
         self.kv_components = [c for c in tree.components if isinstance(c, PagedKVComponent)]
         self.recurrent = next(
             (c for c in tree.components if isinstance(c, RecurrentComponent)), None
@@ -129,6 +131,7 @@ class Accounting:
         short = self.pool.shortfall(demand)
         if not short:
             return short
+        self.ever_short = True
         used, flight = self.pool.used, self.in_flight_bytes()
         if any(used[r] - flight[r] < missing for r, missing in short.items()):
             return short  # short even if nothing were locked: skip the walk of the locks

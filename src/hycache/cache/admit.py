@@ -170,9 +170,12 @@ class Admitter:
         return lease
 
     def _state_room(self) -> tuple[int | None, int | None]:
-        """States that fit into free memory now, and the KV tokens one state weighs."""
+        """States that fit into free memory now (None once memory has ever been short: free
+        memory is then only the churn of evictions), and the KV tokens one state weighs."""
         if self.accounting.recurrent is None:
             return None, None
+        if self.accounting.ever_short:
+            return None, self.state_kv_tokens
         pool = self.pool
         free = pool.free_bytes(pool.resource_of("recurrent")) // pool.unit_bytes("recurrent")
         return free, self.state_kv_tokens

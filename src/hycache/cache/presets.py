@@ -191,10 +191,10 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "interval": Knob(0, int, "extra checkpoint every N prompt tokens (0: none)", "-"),
         "adaptive": Knob(True, bool, "skip checkpoint kinds that are rarely reused", "-"),
         "free_room": Knob(
-            False,
+            True,
             bool,
-            "also take the left-out candidates and a state every max(divergence grid, state "
-            "weight in KV tokens) while they all fit into free memory (for plentiful memory)",
+            "until memory first runs short, also take the left-out candidates and a state every "
+            "max(divergence grid, state weight in KV tokens) while they all fit into free memory",
             "-",
         ),
         "eviction": Knob(

@@ -10,7 +10,8 @@ times and wait in FIFO order; a step admits what memory allows, decodes one toke
 decoding request and fills the rest of the token budget with prefill chunks, each cut at the
 chunk ends the cache planned (a state is copied there before the next chunk runs; one planned
 inside a piece, on the recurrent kernel's grid from the piece's start, is copied out of the
-kernel's intermediate states, any other stops the piece there). When a
+kernel's intermediate states, any other stops the piece there; a ``room`` state, taken only
+because it displaced nothing, is dropped instead of costing a forward pass). When a
 request's prefill ends its prompt and prefill states join the cache (``publish``). Requests in
 flight hold their locks and memory; a request that does not fit waits; one no cache of this
 size could hold runs alone and uncached once the batch has drained. A step lasts
@@ -222,12 +223,21 @@ class _Flight:
     def piece_end(self, target: int, kernel_chunk: int | None) -> int:
         """Where this step's prefill piece, planned to run to ``target``, must stop: at the
         first planned checkpoint inside it that is not on the kernel grid of the piece (a
-        multiple of ``kernel_chunk`` from its start; those are copied out of the kernel)."""
-        for point in self.checkpoints[self.next_checkpoint :]:
+        multiple of ``kernel_chunk`` from its start; those are copied out of the kernel).
+        A ``room`` checkpoint that would stop it is dropped from the plan instead."""
+        checkpoints = self.checkpoints
+        index = self.next_checkpoint
+        while index < len(checkpoints):
+            point = checkpoints[index]
             if point >= target:
                 break
             if not in_kernel(self.position, (target,), point, kernel_chunk):
-                return point
+                if self.reasons[point] != "room":
+                    return point
+                del checkpoints[index]
+                del self.reasons[point]
+                continue
+            index += 1
         return target
 
     def steps_to_next_checkpoint(self) -> int:

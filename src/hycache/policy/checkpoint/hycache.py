@@ -46,7 +46,9 @@ class HycachePlanner(CheckpointPolicy):
     (``_free_room_grid``) and the planned states all fit into the memory free after the
     request's working set, they are taken too, as reason ``room`` (their own reuse record: the
     adaptive record of the other reasons stays as without them). They displace nothing now;
-    the eviction ranks them later like any other state.
+    the eviction ranks them later like any other state. The cache offers free room only until
+    memory first runs short (``PlanInput.free_states``): after that, free memory is the churn
+    of evictions, and the rules above decide alone.
     """
 
     def __init__(
@@ -56,7 +58,7 @@ class HycachePlanner(CheckpointPolicy):
         learn_grid: bool = True,
         adaptive: bool = True,
         max_prefill_checkpoints: int = 1,
-        free_room: bool = False,
+        free_room: bool = True,
         tail_checkpoint: bool = True,
     ) -> None:
         self.interval = interval
