@@ -3,19 +3,16 @@
     python benchmarks/marconi_stamps.py --artifact-json .traces/results/artifact.json
         --trace .traces/sharegpt_sps=1.jsonl [--trace ...] [--capacities 1GB,2GB,3GB,5GB]
 
-A what-if, not a preset: for each trace and capacity it replays the ``marconi`` preset
+For each trace and capacity it replays the ``marconi`` preset
 
 * ``tuned``: as shipped (alpha from its bootstrap replays);
 * ``art-alpha``: at the alpha the artifact's V2 ended the trace with;
-* ``+stamps``: the same, with the eviction policy stamping a node only when the node first
-  gets data (the artifact's V2/V3 stamp a node when they create it and refresh only the
-  deepest matched node on a lookup; our policy also re-stamps a node each time a component
-  puts data on it, e.g. the KV of a path a request extends), by patching
-  ``MarconiEviction.on_insert`` in this process only;
 * ``+overrun``: that, at the bytes the artifact's V2 actually peaked at (its accounting
   overruns the capacity);
 
-next to the artifact's V2 hit rate (from ``benchmarks/marconi_artifact.py --json``).
+next to the artifact's V2 hit rate (from ``benchmarks/marconi_artifact.py --json``). The
+preset keeps its recency stamps as the artifact does (``hycache.policy.eviction.marconi``), so
+no column changes the stamps any more.
 """
 
 from __future__ import annotations
@@ -23,36 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hycache.cli.sizes import parse_size
-from hycache.components.base import Component
-from hycache.policy.eviction.marconi import MarconiEviction
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, run_policy
 from hycache.sim.trace_cache import default_cache_dir, load_trace
 from hycache.spec.model import load_spec
-from hycache.tree.node import Node
-
-
-@contextmanager
-def creation_stamps() -> Iterator[None]:
-    """``MarconiEviction`` stamps a node only the first time it gets data, while inside."""
-    original = MarconiEviction.on_insert
-
-    def on_insert(self: MarconiEviction, node: Node, component: Component) -> None:
-        if node not in self._stamp:
-            original(self, node, component)
-
-    MarconiEviction.on_insert = on_insert  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        MarconiEviction.on_insert = original  # type: ignore[method-assign]
 
 
 def hit_rate(model: str, trace: str, capacity: int, alpha: float | None) -> float:
@@ -78,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     artifact: dict[str, Any] = json.loads(args.artifact_json.read_text())
     by_name = {os.path.basename(k): v for k, v in artifact.items()}
-    print("trace                 GB   tuned  art-alpha  +stamps  +overrun  artifact-V2")
+    print("trace                 GB   tuned  art-alpha  +overrun  artifact-V2")
     for trace in args.trace:
         cells = by_name[os.path.basename(trace)]
         for text in args.capacities.split(","):
@@ -88,12 +65,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             peak = max(capacity, int(v2["peak_bytes"]))
             tuned = hit_rate(args.model, trace, capacity, None)
             fixed = hit_rate(args.model, trace, capacity, alpha)
-            with creation_stamps():
-                stamps = hit_rate(args.model, trace, capacity, alpha)
-                overrun = hit_rate(args.model, trace, peak, alpha)
+            overrun = hit_rate(args.model, trace, peak, alpha)
             print(
                 f"{os.path.basename(trace):20} {capacity / 1e9:3g} {100 * tuned:7.2f} "
-                f"{100 * fixed:6.2f}({alpha:.1f}) {100 * stamps:8.2f} {100 * overrun:9.2f} "
+                f"{100 * fixed:6.2f}({alpha:.1f}) {100 * overrun:9.2f} "
                 f"{100 * v2['token_hit_rate']:12.2f}",
                 flush=True,
             )

@@ -214,13 +214,18 @@ class Accounting:
     ) -> SlidePlan | None:
         """Plan the insert of ``key[:length]`` and make room for it; None (nothing evicted
         beyond what a first try did) when eviction cannot. Plans again while eviction changed
-        the tree under the plan: it may have removed path nodes the plan counted on."""
+        the tree under the plan: it may have removed path nodes the plan counted on. The
+        eviction policy hears of the nodes the sequence covers whole before any room is made
+        (``EvictionPolicy.on_cover``)."""
+        plan = self.plan_insert(key, ns, length, args)
+        covered = min(plan.found.matched, length)
+        self.eviction.on_cover([n for n in plan.found.path if n.end <= covered])
         while True:
-            plan = self.plan_insert(key, ns, length, args)
             if self.ensure(plan.units_by_kind()):
                 return None
             if plan.found.tree_version == self.tree.version:
                 return plan
+            plan = self.plan_insert(key, ns, length, args)
 
     def insert_path(self, key: TokenKey, ns: str | None, plan: SlidePlan) -> list[Node]:
         """Insert ``key`` as ``plan`` says (room already made) and register its KV entries."""

@@ -100,6 +100,12 @@ class EvictionPolicy(ABC):
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         """A request reused ``path`` (root to the hit); ``used`` holds the state it copied."""
 
+    def on_cover(self, covered: list[Node]) -> None:
+        """An insert is about to place a sequence (before room is made for it); ``covered``
+        are the nodes already in the tree that the sequence covers whole, root first (empty
+        if none). Policies that do not rank by what an insert walks over ignore it."""
+        return None
+
     @abstractmethod
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         """The next entry to evict that frees bytes of ``resource`` (None: nothing left)."""

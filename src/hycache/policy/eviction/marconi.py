@@ -3,7 +3,24 @@
 Candidates are nodes with at most one child. Utility = alpha * norm(FLOPs saved / bytes) +
 norm(recency), min-max normalised over the candidates; the lowest goes. Evicting a leaf
 removes it (KV and state); evicting a single-child node drops its state (its KV stays, the
-child needs it). A lookup refreshes only the deepest matched node.
+child needs it).
+
+Recency is a logical stamp per node, kept the way the Marconi artifact's V2/V3 keep
+``TreeNode.last_access_time`` (``radix_cache_hybrid.py`` at 0801661, logical timestamps):
+
+* a node is stamped when it is created (``_insert_helper`` stamps a new leaf,
+  ``_split_node`` the new upper node of a split, whose lower part keeps its stamp); here, the
+  first time the node gets data, and whenever it gets a state (a node that had none: the
+  artifact creates a node there, every artifact node holding a state);
+* an insert walking over nodes it already finds does not re-stamp them (``_insert_helper``
+  leaves them alone under V2/V3), except that ``insert`` first runs ``match_prefix`` on the
+  whole sequence, which refreshes the deepest node the sequence covers whole: here
+  ``on_cover`` refreshes the deepest covered node that holds a state, before room is made;
+* a lookup (``match_prefix``) refreshes only the deepest matched node (``on_hit``);
+* evicting a single-child node's state merges it into its child in the artifact
+  (``_evict_intermediate_node``), the merged node taking the larger of the two stamps; here
+  the node and the nodes below it down to the next one that holds a state (or branches, or
+  is a leaf) all take the largest of their stamps.
 """
 
 from __future__ import annotations
@@ -41,12 +58,41 @@ class MarconiEviction(EvictionPolicy):
         passing locks from ending ones)."""
         return node.lock_ref > 0
 
+    def stamp(self, node: Node) -> int:
+        """The logical time ``node`` was last stamped (0: never)."""
+        return self._stamp.get(node, 0)
+
     def on_insert(self, node: Node, component: Component) -> None:
-        self._stamp[node] = self.context.clock
+        if isinstance(component, RecurrentComponent) or node not in self._stamp:
+            self._stamp[node] = self.context.clock
 
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         if path:
             self._stamp[path[-1]] = self.context.clock
+
+    def on_cover(self, covered: list[Node]) -> None:
+        recurrent = self.context.recurrent
+        if recurrent is None:
+            return
+        for node in reversed(covered):
+            if recurrent.has(node):
+                self._stamp[node] = self.context.clock
+                return
+
+    def _merge_stamps(self, node: Node) -> None:
+        """``node``'s state is about to go while it has one child: it and the chain below it,
+        down to the next node holding a state, take the largest stamp among them."""
+        recurrent = self.context.recurrent
+        chain = [node]
+        below = node
+        while len(below.children) == 1:
+            below = next(iter(below.children.values()))
+            chain.append(below)
+            if recurrent is None or recurrent.has(below):
+                break
+        newest = max(self._stamp.get(n, 0) for n in chain)
+        for n in chain:
+            self._stamp[n] = newest
 
     def _flops(self, start: int, length: int) -> float:
         key = (start, length)
@@ -122,6 +168,8 @@ class MarconiEviction(EvictionPolicy):
                 continue
             if not isinstance(component, RecurrentComponent) and node.children:
                 continue
+            if node.children:
+                self._merge_stamps(node)
             return node, component
         self._ranked_for = None
         return None
