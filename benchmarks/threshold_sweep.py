@@ -168,6 +168,8 @@ def tally(
     for cell in cells:
         default = store[cell_key((*cell[:5], None, None))]["token_hit_rate"]
         mine = {**others(cell), "hycache": store[cell_key(cell)]}
+        if any(r["capacity_overrun_bytes"] for r in mine.values()):
+            raise SystemExit(f"capacity overrun in {cell_key(cell)}")
         rows.setdefault(setting(cell), Row()).add(mine, cell[3], default)
     return rows
 
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     save()
     places = [
         (name, mode, capacity_of(store, model, name, requests, pct))
-        for mode in modes  # serial first: engine-mode Marconi reuses its alpha
+        for mode in modes
         for name in sources
         for pct in percents
     ]
