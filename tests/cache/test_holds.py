@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from hycache.cache.config import SPARE_SLOT_SHARE
 from hycache.cache.facade import HybridPrefixCache
-from hycache.cache.holds import SPARE_BUDGET_SHARE
 from hycache.cache.lease import Lease, Wait
 from hycache.cache.presets import build_cache
 from hycache.policy.checkpoint.base import CheckpointPolicy
@@ -229,10 +229,10 @@ def test_a_spare_left_when_the_prefill_ends_is_freed_at_publish() -> None:
 @pytest.mark.parametrize("case", ["no shared prefix", "slot too large", "nothing prefilled"])
 def test_no_spare_without_a_shared_prefix_a_cheap_slot_or_a_prefill(case: str) -> None:
     """A request reserves a spare only for a shared prefix's state (attention matched past
-    its resume point), while a slot is at most 1/SPARE_BUDGET_SHARE of the budget, and
+    its resume point), while a slot is at most SPARE_SLOT_SHARE of the budget, and
     when it prefills (the serial replay inserts at once: ``kernel_grid=False``)."""
     spec = tiny_spec()
-    budget = spec.state_bytes * SPARE_BUDGET_SHARE - 1 if case == "slot too large" else BIG
+    budget = round(spec.state_bytes / SPARE_SLOT_SHARE) - 1 if case == "slot too large" else BIG
     cache = make(
         spec,
         budget,
@@ -258,7 +258,7 @@ def shared_prefix_cache(spare_room: bool) -> tuple[HybridPrefixCache, list[int]]
     page = probe.pool.demand_bytes({"full": 1})["bytes"]
     request = per_request_bytes(probe, 16)  # one page + one running slot
     budget = 8 * page + request + spec.state_bytes // 2 + (request if spare_room else 0)
-    assert budget >= SPARE_BUDGET_SHARE * spec.state_bytes  # a slot is cheap here
+    assert budget * SPARE_SLOT_SHARE >= spec.state_bytes  # a slot is cheap here
     cache = make(
         spec,
         budget,
@@ -328,7 +328,7 @@ def test_value_eviction_pins_a_chain_state_others_pass(reason: str) -> None:
     pinned by its lock; once it published its prompt, the lock ending there holds KV only and
     pins no state."""
     spec = tiny_spec()
-    cache = value_cache(spec.state_bytes * CHEAP_GUESS_SHARE - 1)
+    cache = value_cache(round(spec.state_bytes / CHEAP_GUESS_SHARE) - 1)
     doc = seq(0, 256)
     first = admit(cache, [*doc, *seq(5000, 16)])
     cache.record_checkpoint(first, 64, reason)
@@ -366,7 +366,7 @@ def test_an_own_tail_guess_is_kept_while_its_request_decodes_only_if_cheap_or_pr
     its own lock is the only one passing there. A tail guess stays pinned only while a
     state is at most 1/64 of the budget, or once a request resumed from it."""
     spec = tiny_spec()
-    cache = value_cache(spec.state_bytes * CHEAP_GUESS_SHARE - (0 if cheap else 1))
+    cache = value_cache(round(spec.state_bytes / CHEAP_GUESS_SHARE) - (0 if cheap else 1))
     assert cache.recurrent is not None
     doc = seq(0, 256)
     lease = admit(cache, doc, max_new=4)

@@ -123,3 +123,30 @@ def test_without_learn_grid_the_prompt_end_stays_on_the_page_grid() -> None:
     for i in range(1, 30):
         planner.plan(plan_input(512 * i + 100, kv_hit=512 * i))
     assert planner.divergence_grid(1) == 1
+
+
+def test_the_tail_quantile_and_the_grid_cap_are_the_planner_s_own() -> None:
+    """``tail_quantile`` picks the quantile of the tails; ``max_grid`` caps the learned
+    divergence grid (prompts diverging on 512-token blocks, grid capped at 256)."""
+    median = HycachePlanner(tail_quantile=0.5)
+    for tail in range(10, 110, 10):
+        median.plan(plan_input(5000, kv_hit=5000 - tail))
+    assert median.tail_length() == 60  # the middle of 10, 20, ..., 100 (index 5)
+    capped = HycachePlanner(adaptive=False, max_grid=256)
+    for i in range(1, 30):
+        capped.plan(plan_input(512 * i + 100, kv_hit=512 * i))
+    assert capped.divergence_grid(1) == 256
+
+
+def test_the_reuse_bar_warmup_and_retries_are_the_planner_s_own() -> None:
+    """A kind reused once per 15 stored: below the default bar (1 in 10), above a bar of 1 in
+    20; with a warm-up of 40 states it is still trusted blindly."""
+    record = {"tail": (30, 2)}
+    strict, lenient = HycachePlanner(retry_every=1000), HycachePlanner(reuse_ratio=20)
+    trusting = HycachePlanner(warmup=40, retry_every=1000)
+    request = PlanInput(3000, 0, 0, 1, None, 0, record)
+    for planner in (strict, lenient, trusting):
+        planner.plan(plan_input(100))  # past the first plan, a re-try
+    assert not strict._pays("tail", request, strict.reuse_ratio, strict.retry_every)
+    assert lenient._pays("tail", request, lenient.reuse_ratio, lenient.retry_every)
+    assert trusting._pays("tail", request, trusting.reuse_ratio, trusting.retry_every)

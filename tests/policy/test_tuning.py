@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hycache.policy.tuning import CANDIDATES, MARGIN, tune_knobs
+from hycache.sim import simulate
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, run_policy
@@ -19,6 +22,32 @@ def test_the_default_wins_unless_another_candidate_is_clearly_better() -> None:
     far = [100.0] + [100.0 * (1 + 2 * MARGIN)] + [0.0] * (len(CANDIDATES) - 2)
     chosen, got = tune_knobs(scores(far))
     assert chosen is CANDIDATES[1] and got == far
+
+
+def test_the_margin_is_a_parameter() -> None:
+    def scores(table: list[float]):  # type: ignore[no-untyped-def]
+        return lambda knobs: table[CANDIDATES.index(knobs)]
+
+    close = [100.0] + [100.0 * (1 + MARGIN / 2)] * (len(CANDIDATES) - 1)
+    assert tune_knobs(scores(close), margin=0.0)[0] is CANDIDATES[1]
+    assert tune_knobs(scores(close), margin=MARGIN)[0] is CANDIDATES[0]
+
+
+def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[float] = []
+
+    def spy(replay, candidates=CANDIDATES, margin=MARGIN):  # type: ignore[no-untyped-def]
+        seen.append(margin)
+        return candidates[0], [0.0] * len(candidates)
+
+    monkeypatch.setattr(simulate, "tune_knobs", spy)
+    spec = load_spec("qwen3-next-80b-a3b")
+    config = SimulationConfig(
+        spec, CostModel(spec, hardware("h200")), knobs={"hycache": {"tune_margin": 0.25}}
+    )
+    source = lambda: generate("chat", requests=10, seed=1)  # noqa: E731
+    run_policy(config, "hycache", 2 * 10**9, source)
+    assert seen == [0.25]
 
 
 def test_run_policy_tunes_hycache_unless_its_knobs_are_set() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hycache.cache.hycache_preset import THRESHOLD_KNOBS
 from hycache.cli.main import main
 from hycache.sim.metrics import PolicyResult
 from tests.cache.test_presets import PLANNER_KNOBS, VALUE_KNOBS
@@ -42,7 +43,7 @@ TIER_KNOBS = {
 
 
 #: hycache knobs added after the golden run: their defaults leave the results unchanged
-LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS}
+LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS, *THRESHOLD_KNOBS}
 
 
 def _strip(value: object) -> None:

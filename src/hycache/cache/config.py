@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from hycache.errors import ConfigError
 
+#: the default ``spare_slot_share`` (a knob of the ``hycache`` preset, backed by the sweep on
+#: the tune split, benchmarks/threshold_sweep.py)
+SPARE_SLOT_SHARE = 1 / 8
+
 
 def _whole(name: str, value: object, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -29,14 +33,15 @@ class CacheConfig:
     running request holds. ``token_budget``: default tokens per prefill chunk (None: one
     chunk). ``read_matched_kv``: a request recomputing a state reads the attention KV matched
     past it in place instead of holding pages for it. ``reserve_checkpoint_slot``: a request
-    reserves a slot for a shared prefix's missing state with its working set. ``name``: shown
-    in reports."""
+    reserves a slot for a shared prefix's missing state with its working set, while a slot is
+    at most ``spare_slot_share`` of the budget (in (0, 1]). ``name``: shown in reports."""
 
     page_size: int
     running_slots: int = 1
     token_budget: int | None = None
     read_matched_kv: bool = False
     reserve_checkpoint_slot: bool = False
+    spare_slot_share: float = SPARE_SLOT_SHARE
     name: str = "custom"
 
     def __post_init__(self) -> None:
@@ -46,5 +51,8 @@ class CacheConfig:
             _whole("token_budget", self.token_budget, minimum=1)
         for name in ("read_matched_kv", "reserve_checkpoint_slot"):
             _flag(name, getattr(self, name))
+        share = self.spare_slot_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise ConfigError(f"spare_slot_share must lie in (0, 1], got {share!r}")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"name must be a non-empty string, got {self.name!r}")

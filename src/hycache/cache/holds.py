@@ -30,10 +30,6 @@ from hycache.tree.base import MatchResult
 from hycache.tree.keys import TOKEN_BYTES, TokenKey
 from hycache.tree.node import Node
 
-#: a request waits for a spare checkpoint slot only while a slot is at most this share of the
-#: budget (see ``Holds.wants_spare``)
-SPARE_BUDGET_SHARE = 8
-
 
 class Holds:
     """Locks, KV read in place and spare checkpoint slots of requests in flight."""
@@ -49,6 +45,7 @@ class Holds:
         self.in_flight = in_flight
         self.read_matched_kv = config.read_matched_kv
         self.reserve_checkpoint_slot = config.reserve_checkpoint_slot
+        self.spare_slot_share = config.spare_slot_share
         self.states_enabled = caches_states
 
     def kv_read_in_place(self, result: MatchResult, session: str | None) -> int:
@@ -81,9 +78,10 @@ class Holds:
         a state slot with its working set (and waits for it), so that a full pool cannot make
         it skip its prefill checkpoint. Only for a shared prefix's state (attention matched
         past the state it resumes from: later requests sharing that prefix resume there),
-        while a slot is a small share of the budget (at most 1/``SPARE_BUDGET_SHARE``; a
-        larger one would keep a whole request out), and only if no request in flight reserved
-        one for the same prefix already (one state there is all the next requests need).
+        while a slot is a small share of the budget (at most ``CacheConfig.spare_slot_share``,
+        1/8 by default; a larger one would keep a whole request out), and only if no request
+        in flight reserved one for the same prefix already (one state there is all the next
+        requests need).
         Freed at once if the plan takes no prefill checkpoint."""
         kv_hit = result.kv_hit
         if not (
@@ -91,7 +89,7 @@ class Holds:
             and self.recurrent is not None
             and self.states_enabled
             and kv_hit > hit
-            and self.pool.unit_bytes("recurrent") * SPARE_BUDGET_SHARE <= self.pool.budget_bytes
+            and self.pool.unit_bytes("recurrent") <= self.pool.budget_bytes * self.spare_slot_share
         ):
             return False
         prefix = key[: kv_hit * TOKEN_BYTES]

@@ -1,7 +1,9 @@
 """Presets: named bundles of pool layout + checkpoint + admission + eviction policies, with
 knobs named like the real systems' flags. ``build_cache(spec, capacity, preset, **knobs)``.
 
-See docs/presets.md for what each preset mirrors upstream.
+See docs/presets.md for what each preset mirrors upstream. The ``hycache`` preset's knobs and
+builder live in ``hycache.cache.hycache_preset``; ``Knob`` and the value checks in
+``hycache.cache.knobs``.
 """
 
 from __future__ import annotations
@@ -9,39 +11,29 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.hycache_preset import HYCACHE_KNOBS, build_hycache
+from hycache.cache.knobs import Knob as Knob  # re-exported: the presets' knob type
+from hycache.cache.knobs import KnobValue as KnobValue
+from hycache.cache.knobs import (
+    admission,
+    budget,
+    number,
+    optional_int,
+    positive,
+)
 from hycache.errors import ConfigError
 from hycache.memory.layouts import shared_pool, split_pool, unified_layout, unified_pool
-from hycache.policy.admission import AdmissionPolicy, AlwaysAdmit, SecondSighting
-from hycache.policy.checkpoint.hycache import HycachePlanner
+from hycache.policy.admission import AlwaysAdmit
 from hycache.policy.checkpoint.marconi import MarconiPlanner
 from hycache.policy.checkpoint.sglang import SglangPlanner
 from hycache.policy.checkpoint.vllm import VllmAlignPlanner
-from hycache.policy.eviction.base import EvictionPolicy
-from hycache.policy.eviction.gdsf import GDSFEviction
 from hycache.policy.eviction.lru import LRUEviction
 from hycache.policy.eviction.marconi import MarconiEviction
-from hycache.policy.eviction.value import ValueEviction
 from hycache.spec.groups import DTYPE_BYTES
 from hycache.spec.model import ModelSpec
-
-KnobValue = int | float | str | bool | None
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One preset setting: its default, allowed values and the upstream flag it mirrors."""
-
-    default: KnobValue
-    kind: type
-    doc: str
-    upstream: str
-    choices: tuple[str, ...] = ()
-    optional: bool = False
-
 
 KNOBS: dict[str, dict[str, Knob]] = {
     "vllm": {
@@ -186,108 +178,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
         ),
         "page_size": Knob(1, int, "radix tree granularity (token-level in the paper)", "-"),
     },
-    "hycache": {
-        "page_size": Knob(1, int, "radix tree granularity in tokens", "-"),
-        "interval": Knob(0, int, "extra checkpoint every N prompt tokens (0: none)", "-"),
-        "adaptive": Knob(True, bool, "skip checkpoint kinds that are rarely reused", "-"),
-        "free_room": Knob(
-            True,
-            bool,
-            "until memory first runs short, also take the left-out candidates and a state every "
-            "max(divergence grid, state weight in KV tokens) while they all fit into free memory",
-            "-",
-        ),
-        "eviction": Knob(
-            "value",
-            str,
-            "GreedyDual-Size over the marginal compute saved (value), plain GreedyDual-Size "
-            "(gds), with frequency (gdsf), or lru",
-            "-",
-            ("value", "gds", "gdsf", "lru"),
-        ),
-        "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
-        "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
-        "token_budget": Knob(None, int, "prefill token budget per chunk", "-", optional=True),
-        "learn_grid": Knob(
-            True,
-            bool,
-            "round the prompt-end checkpoint down to the learned divergence grid (false: the "
-            "page grid)",
-            "-",
-        ),
-        "tail": Knob(
-            True,
-            bool,
-            "checkpoint at the prompt end less the learned unique tail of prompts sharing a prefix",
-            "-",
-        ),
-        "by_reason": Knob(
-            True,
-            bool,
-            "value eviction: weight a state by how often states of its checkpoint reason were "
-            "reused",
-            "-",
-        ),
-        "superseded_weight": Knob(
-            0.05,
-            float,
-            "value eviction: the least weight of a superseded state (1: superseded states are not "
-            "discounted)",
-            "-",
-        ),
-        "learn_superseded": Knob(
-            True,
-            bool,
-            "value eviction: learn the superseded weight from the hits (false: superseded_weight)",
-            "-",
-        ),
-        "dead_weight": Knob(
-            0.1, float, "value eviction: weight of KV on a leaf holding no state (a dead tail)", "-"
-        ),
-        "exponent": Knob(
-            0.5, float, "value eviction: exponent of saved FLOPs per byte in the value", "-"
-        ),
-        "aging_horizon": Knob(
-            1600,
-            int,
-            "value eviction: cache ticks over which the clock advances by one typical value (0: "
-            "GreedyDual's clock alone)",
-            "-",
-        ),
-        "read_matched_kv": Knob(
-            True,
-            bool,
-            "a request that recomputes tokens whose attention KV is cached (to rebuild its "
-            "state) reads that KV in place instead of holding pages of its own",
-            "-",
-        ),
-        "reserve_checkpoint_slot": Knob(
-            True,
-            bool,
-            "a request reserves a state slot for its prefill checkpoint when admitted (a full "
-            "pool would otherwise make it skip the state)",
-            "-",
-        ),
-        "pin_published_state": Knob(
-            False,
-            bool,
-            "a running request whose prefill is done pins the state at its prompt end",
-            "-",
-        ),
-        "tune": Knob(
-            True,
-            bool,
-            "pick eviction and adaptive once by replaying a bootstrap window (the simulator "
-            "does it when neither is set), as Marconi picks alpha",
-            "-",
-        ),
-        "bootstrap_multiplier": Knob(
-            5,
-            int,
-            "bootstrap window for tuning, in multiples of the requests that fill the cache once",
-            "-",
-        ),
-    },
+    "hycache": HYCACHE_KNOBS,
 }
 
 # LMCache under vLLM: vLLM's device cache, a KV-only store below it (cache/tierpresets.py)
@@ -348,38 +239,6 @@ def resolve_knobs(preset: str, overrides: Mapping[str, object]) -> dict[str, Kno
     return values
 
 
-def _admission(name: object) -> AdmissionPolicy:
-    return SecondSighting() if name == "second_sighting" else AlwaysAdmit()
-
-
-def _positive(preset: str, name: str, value: KnobValue) -> int:
-    if not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{preset}.{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def _optional_int(preset: str, name: str, value: KnobValue) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{preset}.{name} must be an integer, got {value!r}")
-    return value
-
-
-def _number(preset: str, name: str, value: KnobValue) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{preset}.{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _budget(value: KnobValue) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or value < 1:
-        raise ConfigError(f"a prefill token budget must be a positive integer, got {value!r}")
-    return value
-
-
 #: FlashInfer's GDN prefill exports checkpoints on this token grid (vLLM gdn_attn.py).
 FLASHINFER_GDN_ALIGNMENT = 64
 
@@ -387,7 +246,7 @@ FLASHINFER_GDN_ALIGNMENT = 64
 def build_vllm(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool, name: str = "vllm"
 ) -> HybridPrefixCache:
-    block_size = _positive("vllm", "block_size", k["block_size"])
+    block_size = positive("vllm", "block_size", k["block_size"])
     mixer = spec.recurrent.mixer if spec.recurrent is not None else None
     flashinfer = mixer == "gdn" and k["gdn_backend"] == "flashinfer"
     alignment = FLASHINFER_GDN_ALIGNMENT if flashinfer else 1
@@ -401,7 +260,7 @@ def build_vllm(
         ) from None
     grid = block if k["scheduler_grid"] == "mamba" else min([block, *others])
     retention = k["retention_interval"]
-    retention = _optional_int("vllm", "retention_interval", retention)
+    retention = optional_int("vllm", "retention_interval", retention)
     planner = VllmAlignPlanner(
         block,
         grid,
@@ -418,11 +277,11 @@ def build_vllm(
         pool,
         CacheConfig(
             page_size=block,
-            token_budget=_budget(k["max_num_batched_tokens"]),
+            token_budget=budget(k["max_num_batched_tokens"]),
             name=name,
         ),
         checkpoint=planner,
-        admission=_admission(k["admission"]),
+        admission=admission(k["admission"]),
         # a hit holds only the state block at the hit (earlier ones are null blocks), and a
         # request's Mamba groups are freed before its attention group
         eviction=LRUEviction(refresh_state_path=False, states_first=True),
@@ -452,20 +311,20 @@ def sglang_state_bytes(spec: ModelSpec, ssm_dtype: str) -> int:
 def build_sglang(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
-    page = _positive("sglang", "page_size", k["page_size"])
+    page = positive("sglang", "page_size", k["page_size"])
     strategy = sglang_strategy(spec, str(k["strategy"]))
     if strategy == "no_buffer" and page != 1:
         raise ConfigError("sglang.strategy=no_buffer needs page_size 1 (use extra_buffer)")
-    interval = _positive("sglang", "track_interval", k["track_interval"])
+    interval = positive("sglang", "track_interval", k["track_interval"])
     if interval % page:
         raise ConfigError(f"sglang.track_interval {interval} must be a multiple of page {page}")
     ratio = k["mamba_full_memory_ratio"]
-    ratio = _number("sglang", "mamba_full_memory_ratio", ratio)
+    ratio = number("sglang", "mamba_full_memory_ratio", ratio)
     dtype = str(k["mamba_ssm_dtype"])
     state = None if dtype == "spec" else sglang_state_bytes(spec, dtype) or None
     pool = split_pool(spec, capacity, page, ratio, state_bytes=state, track_ids=track_ids)
     cap = k["max_states_per_path"]
-    cap = _optional_int("sglang", "max_states_per_path", cap)
+    cap = optional_int("sglang", "max_states_per_path", cap)
     return HybridPrefixCache(
         spec,
         pool,
@@ -474,7 +333,7 @@ def build_sglang(
             # the request's own slot, plus the two ping-pong track slots of extra_buffer
             # (HybridReqToTokenPool.alloc, get_mamba_tracking_slots with overlap)
             running_slots=1 + (2 if strategy == "extra_buffer" else 0),
-            token_budget=_budget(k["chunked_prefill_size"]),
+            token_budget=budget(k["chunked_prefill_size"]),
             name="sglang",
         ),
         checkpoint=SglangPlanner(
@@ -488,9 +347,9 @@ def build_sglang(
 def build_marconi(
     spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
 ) -> HybridPrefixCache:
-    page = _positive("marconi", "page_size", k["page_size"])
+    page = positive("marconi", "page_size", k["page_size"])
     alpha = k["alpha"]
-    alpha = _number("marconi", "alpha", alpha)
+    alpha = number("marconi", "alpha", alpha)
     return HybridPrefixCache(
         spec,
         shared_pool(spec, capacity, page, track_ids=track_ids),
@@ -501,55 +360,6 @@ def build_marconi(
         checkpoint=MarconiPlanner(),
         admission=AlwaysAdmit(),
         eviction=MarconiEviction(alpha),
-    )
-
-
-def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
-    name = str(k["eviction"])
-    session_aware, pins = bool(k["session_aware"]), bool(k["pin_published_state"])
-    if name == "lru":
-        return LRUEviction(session_aware=session_aware, pins_published_state=pins)
-    if name == "value":
-        return ValueEviction(
-            session_aware=session_aware,
-            pins_published_state=pins,
-            superseded_weight=_number("hycache", "superseded_weight", k["superseded_weight"]),
-            learn_superseded=bool(k["learn_superseded"]),
-            dead_weight=_number("hycache", "dead_weight", k["dead_weight"]),
-            by_reason=bool(k["by_reason"]),
-            exponent=_number("hycache", "exponent", k["exponent"]),
-            aging_horizon=_optional_int("hycache", "aging_horizon", k["aging_horizon"]) or 0,
-        )
-    return GDSFEviction(
-        session_aware=session_aware, use_frequency=name == "gdsf", pins_published_state=pins
-    )
-
-
-def build_hycache(
-    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
-) -> HybridPrefixCache:
-    page = _positive("hycache", "page_size", k["page_size"])
-    interval = k["interval"]
-    interval = _optional_int("hycache", "interval", interval) or 0
-    return HybridPrefixCache(
-        spec,
-        shared_pool(spec, capacity, page, track_ids=track_ids),
-        CacheConfig(
-            page_size=page,
-            token_budget=_budget(k["token_budget"]),
-            read_matched_kv=bool(k["read_matched_kv"]),
-            reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
-            name="hycache",
-        ),
-        checkpoint=HycachePlanner(
-            interval,
-            adaptive=bool(k["adaptive"]),
-            learn_grid=bool(k["learn_grid"]),
-            tail_checkpoint=bool(k["tail"]),
-            free_room=bool(k["free_room"]),
-        ),
-        admission=_admission(k["admission"]),
-        eviction=_hycache_eviction(k),
     )
 
 

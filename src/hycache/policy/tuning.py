@@ -6,7 +6,8 @@ cache that thrashes: on the Mooncake synthetic trace at 5-20% of its footprint, 
 reused once per 16 stored, below the bar, yet they are nearly all the reuse there is. Like
 Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
 candidate and scores each (the simulator: tokens reused); the best wins, but the first listed
-(the default) keeps its place unless another beats it by ``MARGIN``. (Plain LRU was a
+(the default) keeps its place unless another beats it by ``margin`` (default ``MARGIN``, the
+``hycache`` preset's knob ``tune_margin``). (Plain LRU was a
 candidate once; the value eviction without skipping came within 2.4% of it on the Mooncake
 conversation trace and beat it 2.6x on the synthetic trace in engine mode.)
 """
@@ -28,12 +29,13 @@ MARGIN = 0.1
 def tune_knobs(
     replay: Callable[[Mapping[str, object]], float],
     candidates: Sequence[Mapping[str, object]] = CANDIDATES,
+    margin: float = MARGIN,
 ) -> tuple[Mapping[str, object], list[float]]:
     """``replay(knobs)`` replays the bootstrap window with those knobs and returns its score
-    (higher is better). The first candidate wins unless another scores ``MARGIN`` more.
+    (higher is better). The first candidate wins unless another scores ``margin`` more.
     Returns the winning knobs and every candidate's score, in ``candidates`` order."""
     scores = [replay(knobs) for knobs in candidates]
     best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
-    if scores[best] <= scores[0] * (1 + MARGIN):
+    if scores[best] <= scores[0] * (1 + margin):
         best = 0
     return candidates[best], scores

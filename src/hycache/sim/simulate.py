@@ -167,7 +167,7 @@ def run_policy(
             )
             return float(cache.stats().reused_tokens)
 
-        chosen, _ = tune_knobs(replay)
+        chosen, _ = tune_knobs(replay, margin=float(resolved["tune_margin"] or 0.0))
         extra.update(chosen)
     cache = _build(config, preset, capacity, extra)
     tiers = _tiers(config, preset, {**knobs, **extra})

@@ -10,9 +10,21 @@ from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInp
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
 
 REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval", "room")
-#: quantile of the observed unique tails the ``tail`` checkpoint steps back by, and how many
-#: recent tails it remembers
+#: the defaults of the planner's thresholds (knobs of the ``hycache`` preset; the sweep on the
+#: tune split, benchmarks/threshold_sweep.py, backs each): how many states of a reason are
+#: stored before its reuse rate is trusted; a reason pays if one in ``REUSE_RATIO`` of its
+#: states is reused (one in ``DONATED_REUSE_RATIO`` for the donated end state); one that does
+#: not is still tried every ``RETRY_EVERY``-th plan (``EARLY_RETRY_EVERY``-th before the prompt
+#: end); the coarsest divergence grid in tokens; the quantile of the observed unique tails the
+#: ``tail`` checkpoint steps back by
+WARMUP = 8
+REUSE_RATIO = 10
+DONATED_REUSE_RATIO = 20
+RETRY_EVERY = 16
+EARLY_RETRY_EVERY = 32
+MAX_GRID = 4096
 TAIL_QUANTILE = 0.9
+#: how many recent tails it remembers
 TAIL_MEMORY = 256
 #: the step back before 8 tails were observed
 DEFAULT_TAIL = 256
@@ -23,13 +35,13 @@ class HycachePlanner(CheckpointPolicy):
 
     * the branch point (attention matched past the last state: a shared prefix);
     * the prompt end, and the prompt end rounded down to the *divergence grid*: the coarsest
-      power-of-two grid (up to 4096 tokens) that at least 80% of the observed divergence points
-      (where attention matches end) fall on. Traces built from hashed blocks (Mooncake: 512)
-      diverge only on block boundaries, so a state at the last block boundary is what the next
-      turn can use;
+      power-of-two grid (up to ``max_grid`` tokens) that at least 80% of the observed
+      divergence points (where attention matches end) fall on. Traces built from hashed blocks
+      (Mooncake: 512) diverge only on block boundaries, so a state at the last block boundary
+      is what the next turn can use;
     * the end of the request (input + output, rounded down to a page): the next turn of a
       conversation resumes there;
-    * the *tail* point (with ``tail_checkpoint``): the prompt end less the ``TAIL_QUANTILE`` of
+    * the *tail* point (with ``tail_checkpoint``): the prompt end less the ``tail_quantile`` of
       the unique tails of recent prompts that shared a prefix;
     * optionally one every ``interval`` prompt tokens.
 
@@ -38,10 +50,11 @@ class HycachePlanner(CheckpointPolicy):
     kernel grid, or within the first grid step) ends a chunk, i.e. costs one more forward pass.
     At most ``max_prefill_checkpoints`` (default 1) are taken per prefill (each holds a state's
     memory): the kinds reused most so far.
-    It learns which of these pay: once 8 states of a reason were stored, a reason reused less
-    than once per 10 stored states is skipped, except on every 16th request (to keep learning);
-    the donated end-of-request state (no copy, no slot held while the request runs) is kept
-    down to once per 20.
+    It learns which of these pay: once ``warmup`` (8) states of a reason were stored, a reason
+    reused less than once per ``reuse_ratio`` (10) stored states is skipped, except on every
+    ``retry_every``-th (16th) request, ``early_retry_every``-th (32nd) before the prompt end (to
+    keep learning); the donated end-of-request state (no copy, no slot held while the request
+    runs) is kept down to once per ``donated_reuse_ratio`` (20).
     With ``free_room``, when the candidates this left out, a point every ``spacing`` tokens
     (``_free_room_grid``) and the planned states all fit into the memory free after the
     request's working set, they are taken too, as reason ``room`` (their own reuse record: the
@@ -60,6 +73,13 @@ class HycachePlanner(CheckpointPolicy):
         max_prefill_checkpoints: int = 1,
         free_room: bool = True,
         tail_checkpoint: bool = True,
+        warmup: int = WARMUP,
+        reuse_ratio: int = REUSE_RATIO,
+        donated_reuse_ratio: int = DONATED_REUSE_RATIO,
+        retry_every: int = RETRY_EVERY,
+        early_retry_every: int = EARLY_RETRY_EVERY,
+        max_grid: int = MAX_GRID,
+        tail_quantile: float = TAIL_QUANTILE,
     ) -> None:
         self.interval = interval
         self.free_room = free_room
@@ -67,11 +87,13 @@ class HycachePlanner(CheckpointPolicy):
         self.max_prefill_checkpoints = max_prefill_checkpoints
         self.learn_grid = learn_grid
         self.adaptive = adaptive
-        self.warmup = 8  # states of a reason stored before its reuse rate is trusted
-        self.reuse_ratio = 10  # a reason pays if one in this many of its states is reused
-        self.donated_reuse_ratio = 20  # ... one in this many for the donated end state
-        self.retry_every = 16  # a reason that does not pay is still tried every N-th plan
-        self.early_retry_every = 32  # ... every N-th if it lies before the prompt end
+        self.warmup = warmup
+        self.reuse_ratio = reuse_ratio
+        self.donated_reuse_ratio = donated_reuse_ratio
+        self.retry_every = retry_every
+        self.early_retry_every = early_retry_every
+        self.max_grid = max_grid
+        self.tail_quantile = tail_quantile
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -88,7 +110,7 @@ class HycachePlanner(CheckpointPolicy):
             return memo[2]
         grid = page
         candidate = page * 2
-        while candidate <= 4096:
+        while candidate <= self.max_grid:
             on_grid = sum(n for g, n in self._grid_counts.items() if g % candidate == 0)
             if on_grid < 0.8 * self._observed:
                 break
@@ -99,12 +121,12 @@ class HycachePlanner(CheckpointPolicy):
 
     def tail_length(self) -> int:
         """How far before its end a prompt is likely to diverge from a later one: the
-        ``TAIL_QUANTILE`` of the unique tails (prompt length - attention match) of recent
+        ``tail_quantile`` of the unique tails (prompt length - attention match) of recent
         prompts that shared a prefix; ``DEFAULT_TAIL`` until 8 were seen."""
         if len(self._tails) < 8:
             return DEFAULT_TAIL
         ordered = self._sorted_tails
-        return ordered[min(len(ordered) - 1, int(TAIL_QUANTILE * len(ordered)))]
+        return ordered[min(len(ordered) - 1, int(self.tail_quantile * len(ordered)))]
 
     def _observe(self, kv_hit: int, prompt_len: int) -> None:
         if kv_hit <= 0:
@@ -116,7 +138,7 @@ class HycachePlanner(CheckpointPolicy):
             oldest = self._tails.pop(0)
             del self._sorted_tails[bisect.bisect_left(self._sorted_tails, oldest)]
         power = kv_hit & -kv_hit  # largest power of two dividing kv_hit
-        power = min(power, 4096)
+        power = min(power, self.max_grid)
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 

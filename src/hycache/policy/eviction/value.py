@@ -40,8 +40,12 @@ from hycache.tree.node import Node
 
 #: how far down a chain ``superseded`` looks, and how many descendants a re-key visits
 WALK_LIMIT = 64
-#: a pinned guess is cheap while a state is at most this share of the budget
-CHEAP_GUESS_SHARE = 64
+#: defaults of two thresholds (knobs of the ``hycache`` preset, backed by the sweep on the
+#: tune split, benchmarks/threshold_sweep.py): a pinned guess is cheap while a state is at most
+#: this share of the budget; the running mean of a typical value (``aging_horizon``) weighs
+#: the newest value by 1 / ``TYPICAL_WINDOW``
+CHEAP_GUESS_SHARE = 1 / 64
+TYPICAL_WINDOW = 64
 
 
 class ValueEviction(HeapEviction):
@@ -58,6 +62,8 @@ class ValueEviction(HeapEviction):
         aging_horizon: int = 1600,
         learn_superseded: bool = True,
         pins_published_state: bool = True,
+        typical_window: int = TYPICAL_WINDOW,
+        cheap_guess_share: float = CHEAP_GUESS_SHARE,
     ) -> None:
         super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
@@ -67,6 +73,8 @@ class ValueEviction(HeapEviction):
         self.exponent = exponent
         self.aging_horizon = aging_horizon
         self.learn_superseded = learn_superseded
+        self.typical_window = typical_window
+        self.cheap_guess_share = cheap_guess_share
         self._superseded_hits = 0
         self._frontier_hits = 0
         self._typical = 0.0
@@ -163,7 +171,7 @@ class ValueEviction(HeapEviction):
 
     def key(self, node: Node, component: Component) -> Key:
         value = self._value(node, component)
-        self._typical += (value - self._typical) / 64  # a running mean of values
+        self._typical += (value - self._typical) / self.typical_window  # a running mean
         return (self._born.get((node, component.slot), self._clock) + value,)
 
     # ------------------------------------------------------------------ hooks
@@ -232,11 +240,11 @@ class ValueEviction(HeapEviction):
 
     def _guesses_are_cheap(self) -> bool:
         """Whether pinning a speculative state costs little: a state is at most
-        1/``CHEAP_GUESS_SHARE`` of the budget."""
+        ``cheap_guess_share`` of the budget."""
         state = self._state
         if not (state is not None):
             raise IntegrityError("broken invariant: state is not None")
-        return state.bytes_per_state * CHEAP_GUESS_SHARE <= self._view.budget_bytes
+        return state.bytes_per_state <= self._view.budget_bytes * self.cheap_guess_share
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         self._settle()

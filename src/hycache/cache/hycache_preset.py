@@ -1,0 +1,277 @@
+"""The ``hycache`` preset: its knobs (``HYCACHE_KNOBS``) and its builder (``build_hycache``):
+one shared byte budget, the learned checkpoint planner, the value eviction and the holds of
+requests in flight. ``hycache.cache.presets`` gathers it with the other presets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hycache.cache.config import SPARE_SLOT_SHARE, CacheConfig
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.knobs import (
+    Knob,
+    KnobValue,
+    admission,
+    budget,
+    number,
+    optional_int,
+    positive,
+    share,
+)
+from hycache.memory.layouts import shared_pool
+from hycache.policy.checkpoint.hycache import (
+    DONATED_REUSE_RATIO,
+    EARLY_RETRY_EVERY,
+    MAX_GRID,
+    RETRY_EVERY,
+    REUSE_RATIO,
+    TAIL_QUANTILE,
+    WARMUP,
+    HycachePlanner,
+)
+from hycache.policy.eviction.base import EvictionPolicy
+from hycache.policy.eviction.gdsf import GDSFEviction
+from hycache.policy.eviction.lru import LRUEviction
+from hycache.policy.eviction.value import CHEAP_GUESS_SHARE, TYPICAL_WINDOW, ValueEviction
+from hycache.policy.tuning import MARGIN
+from hycache.spec.model import ModelSpec
+
+HYCACHE_KNOBS: dict[str, Knob] = {
+    "page_size": Knob(1, int, "radix tree granularity in tokens", "-"),
+    "interval": Knob(0, int, "extra checkpoint every N prompt tokens (0: none)", "-"),
+    "adaptive": Knob(True, bool, "skip checkpoint kinds that are rarely reused", "-"),
+    "free_room": Knob(
+        True,
+        bool,
+        "until memory first runs short, also take the left-out candidates and a state every "
+        "max(divergence grid, state weight in KV tokens) while they all fit into free memory",
+        "-",
+    ),
+    "eviction": Knob(
+        "value",
+        str,
+        "GreedyDual-Size over the marginal compute saved (value), plain GreedyDual-Size "
+        "(gds), with frequency (gdsf), or lru",
+        "-",
+        ("value", "gds", "gdsf", "lru"),
+    ),
+    "admission": Knob("always", str, "state admission", "-", ("always", "second_sighting")),
+    "session_aware": Knob(False, bool, "entries of live sessions are evicted last", "-"),
+    "token_budget": Knob(None, int, "prefill token budget per chunk", "-", optional=True),
+    "learn_grid": Knob(
+        True,
+        bool,
+        "round the prompt-end checkpoint down to the learned divergence grid (false: the "
+        "page grid)",
+        "-",
+    ),
+    "tail": Knob(
+        True,
+        bool,
+        "checkpoint at the prompt end less the learned unique tail of prompts sharing a prefix",
+        "-",
+    ),
+    "by_reason": Knob(
+        True,
+        bool,
+        "value eviction: weight a state by how often states of its checkpoint reason were reused",
+        "-",
+    ),
+    "superseded_weight": Knob(
+        0.05,
+        float,
+        "value eviction: the least weight of a superseded state (1: superseded states are not "
+        "discounted)",
+        "-",
+    ),
+    "learn_superseded": Knob(
+        True,
+        bool,
+        "value eviction: learn the superseded weight from the hits (false: superseded_weight)",
+        "-",
+    ),
+    "dead_weight": Knob(
+        0.1, float, "value eviction: weight of KV on a leaf holding no state (a dead tail)", "-"
+    ),
+    "exponent": Knob(
+        0.5, float, "value eviction: exponent of saved FLOPs per byte in the value", "-"
+    ),
+    "aging_horizon": Knob(
+        1600,
+        int,
+        "value eviction: cache ticks over which the clock advances by one typical value (0: "
+        "GreedyDual's clock alone)",
+        "-",
+    ),
+    "read_matched_kv": Knob(
+        True,
+        bool,
+        "a request that recomputes tokens whose attention KV is cached (to rebuild its "
+        "state) reads that KV in place instead of holding pages of its own",
+        "-",
+    ),
+    "reserve_checkpoint_slot": Knob(
+        True,
+        bool,
+        "a request reserves a state slot for its prefill checkpoint when admitted (a full "
+        "pool would otherwise make it skip the state)",
+        "-",
+    ),
+    "pin_published_state": Knob(
+        False,
+        bool,
+        "a running request whose prefill is done pins the state at its prompt end",
+        "-",
+    ),
+    "tune": Knob(
+        True,
+        bool,
+        "pick eviction and adaptive once by replaying a bootstrap window (the simulator "
+        "does it when neither is set), as Marconi picks alpha",
+        "-",
+    ),
+    "bootstrap_multiplier": Knob(
+        5,
+        int,
+        "bootstrap window for tuning, in multiples of the requests that fill the cache once",
+        "-",
+    ),
+    # the thresholds: each default is backed by the sweep on the tune split (docs/benchmarks.md,
+    # "Thresholds on the tune split")
+    "warmup": Knob(
+        WARMUP, int, "adaptive: states of a kind stored before its reuse rate is trusted", "-"
+    ),
+    "reuse_ratio": Knob(
+        REUSE_RATIO,
+        int,
+        "adaptive: a checkpoint kind pays while one in this many of its states is reused",
+        "-",
+    ),
+    "donated_reuse_ratio": Knob(
+        DONATED_REUSE_RATIO,
+        int,
+        "adaptive: the same for the donated end-of-request state (no copy, no slot held)",
+        "-",
+    ),
+    "retry_every": Knob(
+        RETRY_EVERY, int, "adaptive: a kind that does not pay is still tried every N-th plan", "-"
+    ),
+    "early_retry_every": Knob(
+        EARLY_RETRY_EVERY,
+        int,
+        "adaptive: the same for a checkpoint before the prompt end (a pass or slot more)",
+        "-",
+    ),
+    "max_grid": Knob(MAX_GRID, int, "the coarsest divergence grid learned, in tokens", "-"),
+    "tail_quantile": Knob(
+        TAIL_QUANTILE,
+        float,
+        "quantile of the recent unique tails the tail checkpoint steps back by, in [0, 1]",
+        "-",
+    ),
+    "typical_window": Knob(
+        TYPICAL_WINDOW,
+        int,
+        "value eviction: the running mean of a typical value (aging) weighs a new value 1/N",
+        "-",
+    ),
+    "cheap_guess_share": Knob(
+        CHEAP_GUESS_SHARE,
+        float,
+        "value eviction: an unproven tail guess is pinned while a state is at most this share "
+        "of the budget, in (0, 1]",
+        "-",
+    ),
+    "spare_slot_share": Knob(
+        SPARE_SLOT_SHARE,
+        float,
+        "reserve_checkpoint_slot: only while a state slot is at most this share of the "
+        "budget, in (0, 1]",
+        "-",
+    ),
+    "tune_margin": Knob(
+        MARGIN,
+        float,
+        "tune: another candidate replaces the default only if it reuses this share more",
+        "-",
+    ),
+}
+
+#: the planner's threshold knobs that are counts or ratios (positive integers)
+PLANNER_COUNTS = (
+    "warmup",
+    "reuse_ratio",
+    "donated_reuse_ratio",
+    "retry_every",
+    "early_retry_every",
+    "max_grid",
+)
+#: every threshold knob (benchmarks/threshold_sweep.py sweeps each)
+THRESHOLD_KNOBS = (
+    *PLANNER_COUNTS,
+    "tail_quantile",
+    "typical_window",
+    "cheap_guess_share",
+    "spare_slot_share",
+    "tune_margin",
+)
+
+
+def _planner_thresholds(k: dict[str, KnobValue]) -> dict[str, Any]:
+    """The planner's threshold knobs, checked: counts and ratios are positive integers."""
+    values: dict[str, Any] = {name: positive("hycache", name, k[name]) for name in PLANNER_COUNTS}
+    values["tail_quantile"] = share("hycache", "tail_quantile", k["tail_quantile"], closed=True)
+    return values
+
+
+def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
+    name = str(k["eviction"])
+    session_aware, pins = bool(k["session_aware"]), bool(k["pin_published_state"])
+    if name == "lru":
+        return LRUEviction(session_aware=session_aware, pins_published_state=pins)
+    if name == "value":
+        return ValueEviction(
+            session_aware=session_aware,
+            pins_published_state=pins,
+            superseded_weight=number("hycache", "superseded_weight", k["superseded_weight"]),
+            learn_superseded=bool(k["learn_superseded"]),
+            dead_weight=number("hycache", "dead_weight", k["dead_weight"]),
+            by_reason=bool(k["by_reason"]),
+            exponent=number("hycache", "exponent", k["exponent"]),
+            aging_horizon=optional_int("hycache", "aging_horizon", k["aging_horizon"]) or 0,
+            typical_window=positive("hycache", "typical_window", k["typical_window"]),
+            cheap_guess_share=share("hycache", "cheap_guess_share", k["cheap_guess_share"]),
+        )
+    return GDSFEviction(
+        session_aware=session_aware, use_frequency=name == "gdsf", pins_published_state=pins
+    )
+
+
+def build_hycache(
+    spec: ModelSpec, capacity: int, k: dict[str, KnobValue], track_ids: bool
+) -> HybridPrefixCache:
+    page = positive("hycache", "page_size", k["page_size"])
+    interval = k["interval"]
+    interval = optional_int("hycache", "interval", interval) or 0
+    return HybridPrefixCache(
+        spec,
+        shared_pool(spec, capacity, page, track_ids=track_ids),
+        CacheConfig(
+            page_size=page,
+            token_budget=budget(k["token_budget"]),
+            read_matched_kv=bool(k["read_matched_kv"]),
+            reserve_checkpoint_slot=bool(k["reserve_checkpoint_slot"]),
+            spare_slot_share=share("hycache", "spare_slot_share", k["spare_slot_share"]),
+            name="hycache",
+        ),
+        checkpoint=HycachePlanner(
+            interval,
+            adaptive=bool(k["adaptive"]),
+            learn_grid=bool(k["learn_grid"]),
+            tail_checkpoint=bool(k["tail"]),
+            free_room=bool(k["free_room"]),
+            **_planner_thresholds(k),
+        ),
+        admission=admission(k["admission"]),
+        eviction=_hycache_eviction(k),
+    )

@@ -1,0 +1,110 @@
+"""The hycache preset's threshold knobs reach the planner, the value eviction, the holds of
+requests in flight and the bootstrap tuning; their defaults are the mechanisms' own, and bad
+values raise a ConfigError naming the knob."""
+
+from __future__ import annotations
+
+import pytest
+
+from hycache.cache.config import CacheConfig
+from hycache.cache.facade import HybridPrefixCache
+from hycache.cache.hycache_preset import HYCACHE_KNOBS, PLANNER_COUNTS, THRESHOLD_KNOBS
+from hycache.cache.presets import build_cache
+from hycache.errors import ConfigError
+from hycache.policy.checkpoint.hycache import HycachePlanner
+from hycache.policy.eviction.value import ValueEviction
+from hycache.policy.tuning import MARGIN
+from tests.cache.test_facade import tiny_spec
+
+#: threshold knob -> a value other than its default
+OTHER_VALUES: dict[str, object] = {
+    "warmup": 3,
+    "reuse_ratio": 7,
+    "donated_reuse_ratio": 9,
+    "retry_every": 5,
+    "early_retry_every": 11,
+    "max_grid": 1024,
+    "tail_quantile": 0.5,
+    "typical_window": 16,
+    "cheap_guess_share": 0.25,
+    "spare_slot_share": 0.5,
+    "tune_margin": 0.3,
+}
+
+
+def _cache(**knobs: object) -> HybridPrefixCache:
+    spec = tiny_spec()
+    return build_cache(spec, spec.kv_bytes_per_token * 2_000 + spec.state_bytes * 12, **knobs)
+
+
+def _reached(cache: HybridPrefixCache) -> dict[str, object]:
+    """Each threshold as the object it belongs to holds it (``tune_margin`` is the simulator's:
+    it is not part of a built cache)."""
+    planner, eviction = cache.checkpoint_policy, cache.eviction
+    assert isinstance(planner, HycachePlanner) and isinstance(eviction, ValueEviction)
+    values: dict[str, object] = {name: getattr(planner, name) for name in PLANNER_COUNTS}
+    values["tail_quantile"] = planner.tail_quantile
+    values["typical_window"] = eviction.typical_window
+    values["cheap_guess_share"] = eviction.cheap_guess_share
+    values["spare_slot_share"] = cache.holds.spare_slot_share
+    return values
+
+
+def test_the_knob_list_names_every_threshold_once() -> None:
+    assert sorted(THRESHOLD_KNOBS) == sorted(OTHER_VALUES)
+    assert len(set(THRESHOLD_KNOBS)) == len(THRESHOLD_KNOBS)
+    assert set(THRESHOLD_KNOBS) <= set(HYCACHE_KNOBS)
+
+
+def test_defaults_are_the_mechanisms_own() -> None:
+    planner, eviction = HycachePlanner(), ValueEviction()
+    own = {name: getattr(planner, name) for name in PLANNER_COUNTS}
+    own["tail_quantile"] = planner.tail_quantile
+    own["typical_window"] = eviction.typical_window
+    own["cheap_guess_share"] = eviction.cheap_guess_share
+    own["spare_slot_share"] = CacheConfig(page_size=1).spare_slot_share
+    assert _reached(_cache()) == own
+    assert {name: HYCACHE_KNOBS[name].default for name in own} == own
+    assert HYCACHE_KNOBS["tune_margin"].default == MARGIN
+
+
+def test_each_threshold_knob_reaches_its_object() -> None:
+    built = {k: v for k, v in OTHER_VALUES.items() if k != "tune_margin"}
+    assert _reached(_cache(**built)) == built
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"),
+    [
+        ("warmup", 0),
+        ("reuse_ratio", 0),
+        ("donated_reuse_ratio", 0),
+        ("retry_every", 0),
+        ("early_retry_every", 0),
+        ("max_grid", 0),
+        ("typical_window", 0),
+        ("tail_quantile", 1.5),
+        ("cheap_guess_share", 0),
+        ("cheap_guess_share", 1.5),
+        ("spare_slot_share", 0),
+        ("spare_slot_share", 2),
+        ("tune_margin", -0.1),
+        ("reuse_ratio", 2.5),
+    ],
+)
+def test_bad_threshold_values_raise_a_config_error_naming_the_knob(
+    knob: str, value: object
+) -> None:
+    with pytest.raises(ConfigError, match=rf"hycache\.{knob}"):
+        _cache(**{knob: value})
+
+
+def test_shares_and_the_quantile_take_their_bounds() -> None:
+    cache = _cache(cheap_guess_share=1, spare_slot_share=1.0, tail_quantile=0)
+    assert _reached(cache)["tail_quantile"] == 0
+    assert cache.holds.spare_slot_share == 1
+
+
+def test_cache_config_checks_the_spare_share() -> None:
+    with pytest.raises(ConfigError, match="spare_slot_share"):
+        CacheConfig(page_size=1, spare_slot_share=0)
