@@ -218,8 +218,7 @@ class Accounting:
         eviction policy hears of the nodes the sequence covers whole before any room is made
         (``EvictionPolicy.on_cover``)."""
         plan = self.plan_insert(key, ns, length, args)
-        covered = min(plan.found.matched, length)
-        self.eviction.on_cover([n for n in plan.found.path if n.end <= covered])
+        self.eviction.on_cover(plan.found.path, min(plan.found.matched, length))
         while True:
             if self.ensure(plan.units_by_kind()):
                 return None

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
 from hycache.errors import CapacityError, IntegrityError
+from hycache.policy.checkpoint.base import ROOM
 from hycache.policy.checkpoint.chunks import in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
@@ -232,7 +233,7 @@ class _Flight:
             if point >= target:
                 break
             if not in_kernel(self.position, (target,), point, kernel_chunk):
-                if self.reasons[point] != "room":
+                if self.reasons[point] != ROOM:
                     return point
                 del checkpoints[index]
                 del self.reasons[point]

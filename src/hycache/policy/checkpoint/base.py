@@ -23,10 +23,15 @@ from dataclasses import dataclass, field
 OFFGRID_MODES = ("drop", "misplace")
 
 
+#: the reason of a state planned only because free memory held it (it displaced nothing): a
+#: runtime may drop it rather than pay a forward pass for it
+ROOM = "room"
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """A planned state copy at ``position``; ``reason`` says which rule asked for it:
-    "chunk", "prompt_end", "branch", "interval", "decode" or "final"."""
+    "chunk", "prompt_end", "branch", "interval", "decode", "final", ``ROOM``, ..."""
 
     position: int
     reason: str

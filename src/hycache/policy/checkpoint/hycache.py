@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import bisect
 
-from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
+from hycache.policy.checkpoint.base import (
+    ROOM,
+    Checkpoint,
+    CheckpointPolicy,
+    PlanInput,
+    PrefillPlan,
+)
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
 
-REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval", "room")
+REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval", ROOM)
 #: the defaults of the planner's thresholds (knobs of the ``hycache`` preset; the sweep on the
 #: tune split, benchmarks/threshold_sweep.py, backs each): how many states of a reason are
 #: stored before its reuse rate is trusted; a reason pays if one in ``REUSE_RATIO`` of its
@@ -234,7 +240,7 @@ class HycachePlanner(CheckpointPolicy):
         extra = set(candidates) - set(kept)
         if room is None or not extra or len(kept) + len(extra) + 1 > room:
             return {}
-        return dict.fromkeys(extra, "room")
+        return dict.fromkeys(extra, ROOM)
 
     def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
         """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""

@@ -100,10 +100,11 @@ class EvictionPolicy(ABC):
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         """A request reused ``path`` (root to the hit); ``used`` holds the state it copied."""
 
-    def on_cover(self, covered: list[Node]) -> None:
-        """An insert is about to place a sequence (before room is made for it); ``covered``
-        are the nodes already in the tree that the sequence covers whole, root first (empty
-        if none). Policies that do not rank by what an insert walks over ignore it."""
+    def on_cover(self, path: Sequence[Node], covered: int) -> None:
+        """An insert is about to place a sequence (before room is made for it): ``path`` (root
+        first) are the nodes already in the tree that it matched, of which those ending at or
+        before ``covered`` tokens it covers whole. Policies that do not rank by what an insert
+        walks over ignore it."""
         return None
 
     @abstractmethod

@@ -70,12 +70,12 @@ class MarconiEviction(EvictionPolicy):
         if path:
             self._stamp[path[-1]] = self.context.clock
 
-    def on_cover(self, covered: list[Node]) -> None:
+    def on_cover(self, path: Sequence[Node], covered: int) -> None:
         recurrent = self.context.recurrent
         if recurrent is None:
             return
-        for node in reversed(covered):
-            if recurrent.has(node):
+        for node in reversed(path):
+            if node.end <= covered and recurrent.has(node):
                 self._stamp[node] = self.context.clock
                 return
 
