@@ -7,15 +7,15 @@
 
 For every threshold knob of the ``hycache`` preset (``THRESHOLD_KNOBS`` of
 ``hycache.cache.hycache_preset``) it replays `hycache` with the knob at half and at twice its
-default (``sweep_values``: integers rounded; ``tail_quantile`` at 0.8 and 0.95, ``tune_margin``
-at 0 and 0.2), the other knobs at their defaults, on the *tune* cells of
-``benchmarks/policy_matrix.py`` only (the workloads at seed 0, the first half of a Mooncake
-trace): the data the rules were chosen on, never an evaluation cell. Per knob value it prints
-how many comparisons of the bar hycache holds (``policy_matrix.judge``: hit rate at least the
-best other preset's minus ``HIT_SLACK``, engine TTFT p95 at most the best other's times
-``P95_SLACK``; two per cell, a serial p95 counted as held), the mean and the minimum of its hit
-rate over the best other preset's, and in how many cells its hit rate is higher (``better``) or
-lower (``worse``) than with the default by more than ``HIT_SLACK``.
+default (``sweep_values``: integers rounded; ``tail_quantile`` at 0.8 and 0.95, ``grid_share``
+at 0.7 and 0.9, ``tune_margin`` at 0 and 0.2), the other knobs at their defaults, on the *tune*
+cells of ``benchmarks/policy_matrix.py`` only (the workloads at seed 0, the first half of a
+Mooncake trace): the data the rules were chosen on, never an evaluation cell. Per knob value it
+prints how many comparisons of the bar hycache holds (``policy_matrix.judge``: hit rate at
+least the best other preset's minus ``HIT_SLACK``, engine TTFT p95 at most the best other's
+times ``P95_SLACK``; two per cell, a serial p95 counted as held), the mean and the minimum of
+its hit rate over the best other preset's, and in how many cells its hit rate is higher
+(``better``) or lower (``worse``) than with the default by more than ``HIT_SLACK``.
 
 ``--results`` is a ``policy_matrix.py`` results file: the other presets' cells found there
 are reused (copy the one of a ``policy_matrix.py --split tune`` run, keep the original), those
@@ -62,6 +62,7 @@ from policy_matrix import (
 #: that may be 0
 FIXED_VALUES: dict[str, tuple[KnobValue, KnobValue]] = {
     "tail_quantile": (0.8, 0.95),
+    "grid_share": (0.7, 0.9),
     "tune_margin": (0.0, 0.2),
 }
 

@@ -24,7 +24,12 @@ OTHER_VALUES: dict[str, object] = {
     "retry_every": 5,
     "early_retry_every": 11,
     "max_grid": 1024,
+    "grid_share": 0.6,
+    "grid_warmup": 13,
     "tail_quantile": 0.5,
+    "tail_warmup": 4,
+    "tail_memory": 100,
+    "default_tail": 64,
     "typical_window": 16,
     "cheap_guess_share": 0.25,
     "spare_slot_share": 0.5,
@@ -42,8 +47,10 @@ def _reached(cache: HybridPrefixCache) -> dict[str, object]:
     it is not part of a built cache)."""
     planner, eviction = cache.checkpoint_policy, cache.eviction
     assert isinstance(planner, HycachePlanner) and isinstance(eviction, ValueEviction)
-    values: dict[str, object] = {name: getattr(planner, name) for name in PLANNER_COUNTS}
-    values["tail_quantile"] = planner.tail_quantile
+    t = planner.thresholds
+    values: dict[str, object] = {name: getattr(t, name) for name in PLANNER_COUNTS}
+    values["grid_share"] = t.grid_share
+    values["tail_quantile"] = t.tail_quantile
     values["typical_window"] = eviction.typical_window
     values["cheap_guess_share"] = eviction.cheap_guess_share
     values["spare_slot_share"] = cache.holds.spare_slot_share
@@ -58,8 +65,10 @@ def test_the_knob_list_names_every_threshold_once() -> None:
 
 def test_defaults_are_the_mechanisms_own() -> None:
     planner, eviction = HycachePlanner(), ValueEviction()
-    own = {name: getattr(planner, name) for name in PLANNER_COUNTS}
-    own["tail_quantile"] = planner.tail_quantile
+    t = planner.thresholds
+    own = {name: getattr(t, name) for name in PLANNER_COUNTS}
+    own["grid_share"] = t.grid_share
+    own["tail_quantile"] = t.tail_quantile
     own["typical_window"] = eviction.typical_window
     own["cheap_guess_share"] = eviction.cheap_guess_share
     own["spare_slot_share"] = CacheConfig(page_size=1).spare_slot_share
@@ -82,6 +91,12 @@ def test_each_threshold_knob_reaches_its_object() -> None:
         ("retry_every", 0),
         ("early_retry_every", 0),
         ("max_grid", 0),
+        ("grid_warmup", 0),
+        ("tail_warmup", 0),
+        ("tail_memory", 0),
+        ("default_tail", 0),
+        ("grid_share", 0),
+        ("grid_share", 1.2),
         ("typical_window", 0),
         ("tail_quantile", 1.5),
         ("cheap_guess_share", 0),

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hycache.policy.checkpoint.base import PlanInput
-from hycache.policy.checkpoint.hycache import DEFAULT_TAIL, HycachePlanner
+from hycache.policy.checkpoint.hycache import HycachePlanner
+from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS, PlannerThresholds
 
 
 def plan_input(
@@ -14,7 +15,7 @@ def plan_input(
 
 def test_tail_length_learns_the_quantile_of_unique_tails() -> None:
     planner = HycachePlanner()
-    assert planner.tail_length() == DEFAULT_TAIL
+    assert planner.tail_length() == DEFAULT_THRESHOLDS.default_tail
     for tail in range(10, 110, 10):  # ten prompts that shared all but 10..100 tokens
         planner.plan(plan_input(5000, kv_hit=5000 - tail))
     assert planner.tail_length() == 100  # the 90th percentile of 10, 20, ..., 100
@@ -68,7 +69,7 @@ def test_an_early_checkpoint_that_does_not_pay_is_only_retried_rarely() -> None:
         plan = planner.plan(PlanInput(3000, 0, 0, 1, None, 10, record))
         splits += any(p.reason == "tail" for p in plan.checkpoints)
         assert len(plan.chunk_ends) <= 2
-    assert splits == 64 // planner.early_retry_every
+    assert splits == 64 // planner.thresholds.early_retry_every
 
 
 def test_a_donated_end_state_is_kept_at_a_lower_reuse_bar_than_a_copied_one() -> None:
@@ -83,7 +84,7 @@ def test_a_donated_end_state_is_kept_at_a_lower_reuse_bar_than_a_copied_one() ->
         plan = copying.plan(PlanInput(1000, 0, 0, 16, None, 20, record))  # 1020: no page end
         assert not plan.keep_final_state
         copied += any(p.reason == "final" for p in plan.checkpoints)
-    assert (donated, copied) == (64, 64 // copying.retry_every)
+    assert (donated, copied) == (64, 64 // copying.thresholds.retry_every)
     rarer = HycachePlanner().plan(PlanInput(1000, 0, 0, 1, None, 24, {"final": (50, 2)}))
     assert not rarer.keep_final_state
 
@@ -128,11 +129,11 @@ def test_without_learn_grid_the_prompt_end_stays_on_the_page_grid() -> None:
 def test_the_tail_quantile_and_the_grid_cap_are_the_planner_s_own() -> None:
     """``tail_quantile`` picks the quantile of the tails; ``max_grid`` caps the learned
     divergence grid (prompts diverging on 512-token blocks, grid capped at 256)."""
-    median = HycachePlanner(tail_quantile=0.5)
+    median = HycachePlanner(thresholds=PlannerThresholds(tail_quantile=0.5))
     for tail in range(10, 110, 10):
         median.plan(plan_input(5000, kv_hit=5000 - tail))
     assert median.tail_length() == 60  # the middle of 10, 20, ..., 100 (index 5)
-    capped = HycachePlanner(adaptive=False, max_grid=256)
+    capped = HycachePlanner(adaptive=False, thresholds=PlannerThresholds(max_grid=256))
     for i in range(1, 30):
         capped.plan(plan_input(512 * i + 100, kv_hit=512 * i))
     assert capped.divergence_grid(1) == 256
@@ -142,11 +143,46 @@ def test_the_reuse_bar_warmup_and_retries_are_the_planner_s_own() -> None:
     """A kind reused once per 15 stored: below the default bar (1 in 10), above a bar of 1 in
     20; with a warm-up of 40 states it is still trusted blindly."""
     record = {"tail": (30, 2)}
-    strict, lenient = HycachePlanner(retry_every=1000), HycachePlanner(reuse_ratio=20)
-    trusting = HycachePlanner(warmup=40, retry_every=1000)
+    strict = HycachePlanner(thresholds=PlannerThresholds(retry_every=1000))
+    lenient = HycachePlanner(thresholds=PlannerThresholds(reuse_ratio=20))
+    trusting = HycachePlanner(thresholds=PlannerThresholds(warmup=40, retry_every=1000))
     request = PlanInput(3000, 0, 0, 1, None, 0, record)
     for planner in (strict, lenient, trusting):
         planner.plan(plan_input(100))  # past the first plan, a re-try
-    assert not strict._pays("tail", request, strict.reuse_ratio, strict.retry_every)
-    assert lenient._pays("tail", request, lenient.reuse_ratio, lenient.retry_every)
-    assert trusting._pays("tail", request, trusting.reuse_ratio, trusting.retry_every)
+    assert not strict._pays(
+        "tail", request, strict.thresholds.reuse_ratio, strict.thresholds.retry_every
+    )
+    assert lenient._pays(
+        "tail", request, lenient.thresholds.reuse_ratio, lenient.thresholds.retry_every
+    )
+    assert trusting._pays(
+        "tail", request, trusting.thresholds.reuse_ratio, trusting.thresholds.retry_every
+    )
+
+
+def test_the_grid_and_tail_evidence_thresholds_are_the_planner_s_own() -> None:
+    """``grid_warmup`` divergences before the grid is learned, ``grid_share`` of them on it;
+    ``tail_warmup`` tails before the learned tail replaces ``default_tail``, the quantile over
+    the last ``tail_memory`` of them."""
+    # 29 prompts diverging on 512-token blocks, 1 in 4 of them a block off the 1024 grid
+    eager = PlannerThresholds(grid_warmup=10, grid_share=0.7)
+    patient = PlannerThresholds(grid_warmup=40, grid_share=0.7)
+    loose, strict = PlannerThresholds(grid_share=0.7), PlannerThresholds(grid_share=0.8)
+    grids = {}
+    for name, t in (("eager", eager), ("patient", patient), ("loose", loose), ("strict", strict)):
+        planner = HycachePlanner(adaptive=False, thresholds=t)
+        for i in range(1, 30):
+            blocks = 2 * i + (i % 4 == 0)
+            planner.plan(plan_input(512 * blocks + 100, kv_hit=512 * blocks))
+        grids[name] = planner.divergence_grid(1)
+    assert grids["patient"] == 1 and grids["eager"] >= 1024
+    assert grids["loose"] >= 1024 and grids["strict"] == 512
+    short = HycachePlanner(thresholds=PlannerThresholds(tail_warmup=3, default_tail=77))
+    assert short.tail_length() == 77
+    for tail in (500, 10, 20, 30):
+        short.plan(plan_input(5000, kv_hit=5000 - tail))
+    assert short.tail_length() == 500  # the 90th percentile of four, no warm-up of 8
+    forgetful = HycachePlanner(thresholds=PlannerThresholds(tail_memory=8))
+    for tail in (900, *range(10, 90, 10)):  # the 900 falls out of a memory of 8
+        forgetful.plan(plan_input(5000, kv_hit=5000 - tail))
+    assert forgetful.tail_length() == 80

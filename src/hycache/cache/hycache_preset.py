@@ -4,8 +4,6 @@ requests in flight. ``hycache.cache.presets`` gathers it with the other presets.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hycache.cache.config import SPARE_SLOT_SHARE, CacheConfig
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.knobs import (
@@ -19,16 +17,9 @@ from hycache.cache.knobs import (
     share,
 )
 from hycache.memory.layouts import shared_pool
-from hycache.policy.checkpoint.hycache import (
-    DONATED_REUSE_RATIO,
-    EARLY_RETRY_EVERY,
-    MAX_GRID,
-    RETRY_EVERY,
-    REUSE_RATIO,
-    TAIL_QUANTILE,
-    WARMUP,
-    HycachePlanner,
-)
+from hycache.policy.checkpoint.hycache import HycachePlanner
+from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS as T
+from hycache.policy.checkpoint.thresholds import PlannerThresholds
 from hycache.policy.eviction.base import EvictionPolicy
 from hycache.policy.eviction.gdsf import GDSFEviction
 from hycache.policy.eviction.lru import LRUEviction
@@ -139,35 +130,55 @@ HYCACHE_KNOBS: dict[str, Knob] = {
     # the thresholds: each default is backed by the sweep on the tune split (docs/benchmarks.md,
     # "Thresholds on the tune split")
     "warmup": Knob(
-        WARMUP, int, "adaptive: states of a kind stored before its reuse rate is trusted", "-"
+        T.warmup, int, "adaptive: states of a kind stored before its reuse rate is trusted", "-"
     ),
     "reuse_ratio": Knob(
-        REUSE_RATIO,
+        T.reuse_ratio,
         int,
         "adaptive: a checkpoint kind pays while one in this many of its states is reused",
         "-",
     ),
     "donated_reuse_ratio": Knob(
-        DONATED_REUSE_RATIO,
+        T.donated_reuse_ratio,
         int,
         "adaptive: the same for the donated end-of-request state (no copy, no slot held)",
         "-",
     ),
     "retry_every": Knob(
-        RETRY_EVERY, int, "adaptive: a kind that does not pay is still tried every N-th plan", "-"
+        T.retry_every, int, "adaptive: a kind that does not pay is still tried every N-th plan", "-"
     ),
     "early_retry_every": Knob(
-        EARLY_RETRY_EVERY,
+        T.early_retry_every,
         int,
         "adaptive: the same for a checkpoint before the prompt end (a pass or slot more)",
         "-",
     ),
-    "max_grid": Knob(MAX_GRID, int, "the coarsest divergence grid learned, in tokens", "-"),
+    "max_grid": Knob(T.max_grid, int, "the coarsest divergence grid learned, in tokens", "-"),
     "tail_quantile": Knob(
-        TAIL_QUANTILE,
+        T.tail_quantile,
         float,
         "quantile of the recent unique tails the tail checkpoint steps back by, in [0, 1]",
         "-",
+    ),
+    "grid_share": Knob(
+        T.grid_share,
+        float,
+        "the divergence grid is the coarsest one at least this share of the observed "
+        "divergences fall on, in (0, 1]",
+        "-",
+    ),
+    "grid_warmup": Knob(
+        T.grid_warmup, int, "divergences observed before the learned grid replaces the page", "-"
+    ),
+    "tail_warmup": Knob(
+        T.tail_warmup,
+        int,
+        "unique tails observed before the learned tail replaces default_tail",
+        "-",
+    ),
+    "tail_memory": Knob(T.tail_memory, int, "how many recent unique tails the quantile is of", "-"),
+    "default_tail": Knob(
+        T.default_tail, int, "the tail checkpoint's step back in tokens before tail_warmup", "-"
     ),
     "typical_window": Knob(
         TYPICAL_WINDOW,
@@ -197,7 +208,7 @@ HYCACHE_KNOBS: dict[str, Knob] = {
     ),
 }
 
-#: the planner's threshold knobs that are counts or ratios (positive integers)
+#: the planner's threshold knobs that are counts, ratios or token lengths (positive integers)
 PLANNER_COUNTS = (
     "warmup",
     "reuse_ratio",
@@ -205,10 +216,15 @@ PLANNER_COUNTS = (
     "retry_every",
     "early_retry_every",
     "max_grid",
+    "grid_warmup",
+    "tail_warmup",
+    "tail_memory",
+    "default_tail",
 )
 #: every threshold knob (benchmarks/threshold_sweep.py sweeps each)
 THRESHOLD_KNOBS = (
     *PLANNER_COUNTS,
+    "grid_share",
     "tail_quantile",
     "typical_window",
     "cheap_guess_share",
@@ -217,11 +233,15 @@ THRESHOLD_KNOBS = (
 )
 
 
-def _planner_thresholds(k: dict[str, KnobValue]) -> dict[str, Any]:
-    """The planner's threshold knobs, checked: counts and ratios are positive integers."""
-    values: dict[str, Any] = {name: positive("hycache", name, k[name]) for name in PLANNER_COUNTS}
-    values["tail_quantile"] = share("hycache", "tail_quantile", k["tail_quantile"], closed=True)
-    return values
+def _planner_thresholds(k: dict[str, KnobValue]) -> PlannerThresholds:
+    """The planner's threshold knobs, checked: counts and lengths are positive integers,
+    shares lie in (0, 1] (the tail quantile in [0, 1])."""
+    counts = {name: positive("hycache", name, k[name]) for name in PLANNER_COUNTS}
+    return PlannerThresholds(
+        **counts,
+        grid_share=share("hycache", "grid_share", k["grid_share"]),
+        tail_quantile=share("hycache", "tail_quantile", k["tail_quantile"], closed=True),
+    )
 
 
 def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
@@ -270,7 +290,7 @@ def build_hycache(
             learn_grid=bool(k["learn_grid"]),
             tail_checkpoint=bool(k["tail"]),
             free_room=bool(k["free_room"]),
-            **_planner_thresholds(k),
+            thresholds=_planner_thresholds(k),
         ),
         admission=admission(k["admission"]),
         eviction=_hycache_eviction(k),

@@ -14,26 +14,9 @@ from hycache.policy.checkpoint.base import (
     PrefillPlan,
 )
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
+from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS, PlannerThresholds
 
 REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval", ROOM)
-#: the defaults of the planner's thresholds (knobs of the ``hycache`` preset; the sweep on the
-#: tune split, benchmarks/threshold_sweep.py, backs each): how many states of a reason are
-#: stored before its reuse rate is trusted; a reason pays if one in ``REUSE_RATIO`` of its
-#: states is reused (one in ``DONATED_REUSE_RATIO`` for the donated end state); one that does
-#: not is still tried every ``RETRY_EVERY``-th plan (``EARLY_RETRY_EVERY``-th before the prompt
-#: end); the coarsest divergence grid in tokens; the quantile of the observed unique tails the
-#: ``tail`` checkpoint steps back by
-WARMUP = 8
-REUSE_RATIO = 10
-DONATED_REUSE_RATIO = 20
-RETRY_EVERY = 16
-EARLY_RETRY_EVERY = 32
-MAX_GRID = 4096
-TAIL_QUANTILE = 0.9
-#: how many recent tails it remembers
-TAIL_MEMORY = 256
-#: the step back before 8 tails were observed
-DEFAULT_TAIL = 256
 
 
 class HycachePlanner(CheckpointPolicy):
@@ -41,7 +24,7 @@ class HycachePlanner(CheckpointPolicy):
 
     * the branch point (attention matched past the last state: a shared prefix);
     * the prompt end, and the prompt end rounded down to the *divergence grid*: the coarsest
-      power-of-two grid (up to ``max_grid`` tokens) that at least 80% of the observed
+      power-of-two grid (up to ``max_grid`` tokens) that at least ``grid_share`` of the observed
       divergence points (where attention matches end) fall on. Traces built from hashed blocks
       (Mooncake: 512) diverge only on block boundaries, so a state at the last block boundary
       is what the next turn can use;
@@ -56,11 +39,11 @@ class HycachePlanner(CheckpointPolicy):
     kernel grid, or within the first grid step) ends a chunk, i.e. costs one more forward pass.
     At most ``max_prefill_checkpoints`` (default 1) are taken per prefill (each holds a state's
     memory): the kinds reused most so far.
-    It learns which of these pay: once ``warmup`` (8) states of a reason were stored, a reason
-    reused less than once per ``reuse_ratio`` (10) stored states is skipped, except on every
-    ``retry_every``-th (16th) request, ``early_retry_every``-th (32nd) before the prompt end (to
-    keep learning); the donated end-of-request state (no copy, no slot held while the request
-    runs) is kept down to once per ``donated_reuse_ratio`` (20).
+    It learns which of these pay: once ``warmup`` states of a reason were stored, a reason
+    reused less than once per ``reuse_ratio`` stored states is skipped, except on every
+    ``retry_every``-th request, ``early_retry_every``-th before the prompt end (to keep
+    learning); the donated end-of-request state (no copy, no slot held while the request runs)
+    is kept down to once per ``donated_reuse_ratio``. The thresholds are ``PlannerThresholds``.
     With ``free_room``, when the candidates this left out, a point every ``spacing`` tokens
     (``_free_room_grid``) and the planned states all fit into the memory free after the
     request's working set, they are taken too, as reason ``room`` (their own reuse record: the
@@ -79,13 +62,7 @@ class HycachePlanner(CheckpointPolicy):
         max_prefill_checkpoints: int = 1,
         free_room: bool = True,
         tail_checkpoint: bool = True,
-        warmup: int = WARMUP,
-        reuse_ratio: int = REUSE_RATIO,
-        donated_reuse_ratio: int = DONATED_REUSE_RATIO,
-        retry_every: int = RETRY_EVERY,
-        early_retry_every: int = EARLY_RETRY_EVERY,
-        max_grid: int = MAX_GRID,
-        tail_quantile: float = TAIL_QUANTILE,
+        thresholds: PlannerThresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.interval = interval
         self.free_room = free_room
@@ -93,13 +70,7 @@ class HycachePlanner(CheckpointPolicy):
         self.max_prefill_checkpoints = max_prefill_checkpoints
         self.learn_grid = learn_grid
         self.adaptive = adaptive
-        self.warmup = warmup
-        self.reuse_ratio = reuse_ratio
-        self.donated_reuse_ratio = donated_reuse_ratio
-        self.retry_every = retry_every
-        self.early_retry_every = early_retry_every
-        self.max_grid = max_grid
-        self.tail_quantile = tail_quantile
+        self.thresholds = thresholds
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -108,17 +79,18 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_memo: tuple[int, int, int] | None = None  # (page, observed, grid)
 
     def divergence_grid(self, page: int) -> int:
-        """The learned grid (>= page); ``page`` until 20 divergences were observed."""
-        if not self.learn_grid or self._observed < 20:
+        """The learned grid (>= page); ``page`` until ``grid_warmup`` divergences were seen."""
+        t = self.thresholds
+        if not self.learn_grid or self._observed < t.grid_warmup:
             return page
         memo = self._grid_memo
         if memo is not None and memo[0] == page and memo[1] == self._observed:
             return memo[2]
         grid = page
         candidate = page * 2
-        while candidate <= self.max_grid:
+        while candidate <= t.max_grid:
             on_grid = sum(n for g, n in self._grid_counts.items() if g % candidate == 0)
-            if on_grid < 0.8 * self._observed:
+            if on_grid < t.grid_share * self._observed:
                 break
             grid = candidate
             candidate *= 2
@@ -128,11 +100,12 @@ class HycachePlanner(CheckpointPolicy):
     def tail_length(self) -> int:
         """How far before its end a prompt is likely to diverge from a later one: the
         ``tail_quantile`` of the unique tails (prompt length - attention match) of recent
-        prompts that shared a prefix; ``DEFAULT_TAIL`` until 8 were seen."""
-        if len(self._tails) < 8:
-            return DEFAULT_TAIL
+        prompts that shared a prefix; ``default_tail`` until ``tail_warmup`` were seen."""
+        t = self.thresholds
+        if len(self._tails) < t.tail_warmup:
+            return t.default_tail
         ordered = self._sorted_tails
-        return ordered[min(len(ordered) - 1, int(self.tail_quantile * len(ordered)))]
+        return ordered[min(len(ordered) - 1, int(t.tail_quantile * len(ordered)))]
 
     def _observe(self, kv_hit: int, prompt_len: int) -> None:
         if kv_hit <= 0:
@@ -140,11 +113,11 @@ class HycachePlanner(CheckpointPolicy):
         tail = prompt_len - kv_hit
         self._tails.append(tail)
         bisect.insort(self._sorted_tails, tail)
-        if len(self._tails) > TAIL_MEMORY:
+        if len(self._tails) > self.thresholds.tail_memory:
             oldest = self._tails.pop(0)
             del self._sorted_tails[bisect.bisect_left(self._sorted_tails, oldest)]
         power = kv_hit & -kv_hit  # largest power of two dividing kv_hit
-        power = min(power, self.max_grid)
+        power = min(power, self.thresholds.max_grid)
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 
@@ -154,10 +127,15 @@ class HycachePlanner(CheckpointPolicy):
         if not self.adaptive:
             return True
         stored, reused = request.reason_record.get(reason, (0, 0))
-        return stored < self.warmup or reused * ratio >= stored or self._plans % retry_every == 0
+        return (
+            stored < self.thresholds.warmup
+            or reused * ratio >= stored
+            or self._plans % retry_every == 0
+        )
 
     def plan(self, request: PlanInput) -> PrefillPlan:
         n, start, page = request.prompt_len, request.start, request.page_size
+        t = self.thresholds
         self._observe(request.kv_hit, n)
         self._plans += 1
         wanted: dict[int, str] = {}
@@ -193,7 +171,7 @@ class HycachePlanner(CheckpointPolicy):
             p: r
             for p, r in wanted.items()
             if self._pays(
-                r, request, self.reuse_ratio, self.retry_every if p == n else self.early_retry_every
+                r, request, t.reuse_ratio, t.retry_every if p == n else t.early_retry_every
             )
         }
         if len(kept) > self.max_prefill_checkpoints:
@@ -210,8 +188,8 @@ class HycachePlanner(CheckpointPolicy):
         final = floor_to(total, page)
         donate = False
         # a donated end state holds no slot while the request runs: a lower bar than a copy
-        ratio = self.donated_reuse_ratio if final == total else self.reuse_ratio
-        pays = self._pays("final", request, ratio, self.retry_every)
+        ratio = t.donated_reuse_ratio if final == total else t.reuse_ratio
+        pays = self._pays("final", request, ratio, t.retry_every)
         if request.max_new_tokens and final > n and pays:
             if final == total:
                 donate = True  # the running state at the end: no copy, no extra slot
