@@ -30,6 +30,10 @@ OTHER_VALUES: dict[str, object] = {
     "tail_warmup": 4,
     "tail_memory": 100,
     "default_tail": 64,
+    "superseded_weight": 0.2,
+    "dead_weight": 0.3,
+    "exponent": 0.75,
+    "aging_horizon": 400,
     "typical_window": 16,
     "cheap_guess_share": 0.25,
     "spare_slot_share": 0.5,
@@ -51,6 +55,8 @@ def _reached(cache: HybridPrefixCache) -> dict[str, object]:
     values: dict[str, object] = {name: getattr(t, name) for name in PLANNER_COUNTS}
     values["grid_share"] = t.grid_share
     values["tail_quantile"] = t.tail_quantile
+    for name in ("superseded_weight", "dead_weight", "exponent", "aging_horizon"):
+        values[name] = getattr(eviction, name)
     values["typical_window"] = eviction.typical_window
     values["cheap_guess_share"] = eviction.cheap_guess_share
     values["spare_slot_share"] = cache.holds.spare_slot_share
@@ -69,6 +75,8 @@ def test_defaults_are_the_mechanisms_own() -> None:
     own = {name: getattr(t, name) for name in PLANNER_COUNTS}
     own["grid_share"] = t.grid_share
     own["tail_quantile"] = t.tail_quantile
+    for name in ("superseded_weight", "dead_weight", "exponent", "aging_horizon"):
+        own[name] = getattr(eviction, name)
     own["typical_window"] = eviction.typical_window
     own["cheap_guess_share"] = eviction.cheap_guess_share
     own["spare_slot_share"] = CacheConfig(page_size=1).spare_slot_share
