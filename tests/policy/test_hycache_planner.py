@@ -63,7 +63,7 @@ def test_an_early_checkpoint_that_does_not_pay_is_only_retried_rarely() -> None:
     (here: splitting the prefill, no kernel grid given) only on the planner's rare re-tries
     (every 32nd plan), not on the every-16th re-try of the prompt end."""
     planner = HycachePlanner()
-    record = {"tail": (40, 1), "prompt_end": (40, 1)}
+    record = {"tail": (40, 1), "prompt_end": (40, 1), "branch": (40, 20)}  # a better kind
     splits = 0
     for _ in range(64):
         plan = planner.plan(PlanInput(3000, 0, 0, 1, None, 10, record))
@@ -76,7 +76,7 @@ def test_a_donated_end_state_is_kept_at_a_lower_reuse_bar_than_a_copied_one() ->
     """End states reused once per 15 stored: below the 1-in-10 bar for copies (kept only on
     the every-16th re-tries), above the 1-in-20 bar for a donated end state (the running state
     itself: no copy, no slot)."""
-    record = {"final": (30, 2)}
+    record = {"final": (30, 2), "branch": (30, 20)}  # a better kind: final is not the best
     donating, copying = HycachePlanner(), HycachePlanner()
     donated = copied = 0
     for _ in range(64):
@@ -85,7 +85,8 @@ def test_a_donated_end_state_is_kept_at_a_lower_reuse_bar_than_a_copied_one() ->
         assert not plan.keep_final_state
         copied += any(p.reason == "final" for p in plan.checkpoints)
     assert (donated, copied) == (64, 64 // copying.thresholds.retry_every)
-    rarer = HycachePlanner().plan(PlanInput(1000, 0, 0, 1, None, 24, {"final": (50, 2)}))
+    rarer_record = {"final": (50, 2), "branch": (30, 20)}
+    rarer = HycachePlanner().plan(PlanInput(1000, 0, 0, 1, None, 24, rarer_record))
     assert not rarer.keep_final_state
 
 
@@ -142,7 +143,7 @@ def test_the_tail_quantile_and_the_grid_cap_are_the_planner_s_own() -> None:
 def test_the_reuse_bar_warmup_and_retries_are_the_planner_s_own() -> None:
     """A kind reused once per 15 stored: below the default bar (1 in 10), above a bar of 1 in
     20; with a warm-up of 40 states it is still trusted blindly."""
-    record = {"tail": (30, 2)}
+    record = {"tail": (30, 2), "branch": (30, 20)}  # a better kind: tail is not the best
     strict = HycachePlanner(thresholds=PlannerThresholds(retry_every=1000))
     lenient = HycachePlanner(thresholds=PlannerThresholds(reuse_ratio=20))
     trusting = HycachePlanner(thresholds=PlannerThresholds(warmup=40, retry_every=1000))
@@ -186,3 +187,21 @@ def test_the_grid_and_tail_evidence_thresholds_are_the_planner_s_own() -> None:
     for tail in (900, *range(10, 90, 10)):  # the 900 falls out of a memory of 8
         forgetful.plan(plan_input(5000, kv_hit=5000 - tail))
     assert forgetful.tail_length() == 80
+
+
+def test_the_best_reused_kind_is_never_skipped() -> None:
+    """Every kind below the reuse bar (memory thrashes): the one reused at the highest rate is
+    still taken on every plan with ``keep_best``; without it, only on the re-tries. A kind
+    below another's rate is skipped either way, and a kind still in its warm-up does not
+    count as a rival."""
+    record = {"final": (100, 3), "prompt_end": (100, 1), "branch": (2, 2)}
+    for keep in (True, False):
+        planner = HycachePlanner(keep_best=keep, tail_checkpoint=False)
+        donated = ended = 0
+        for _ in range(64):
+            plan = planner.plan(PlanInput(1000, 0, 0, 1, None, 24, record))
+            donated += plan.keep_final_state
+            ended += any(p.reason == "prompt_end" for p in plan.checkpoints)
+        retries = 64 // planner.thresholds.retry_every
+        assert donated == (64 if keep else retries)
+        assert ended == retries

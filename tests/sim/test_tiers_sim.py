@@ -28,8 +28,8 @@ ARGS = [
     "--policy",
     "all",
 ]
-#: free room (on by default since) was off when the golden run was written
-BEFORE_FREE_ROOM = ["--set", "hycache.free_room=false"]
+#: rules on by default since the golden run was written: free room, keeping the best kind
+BEFORE_LATER_RULES = ["--set", "hycache.free_room=false", "--set", "hycache.keep_best=false"]
 
 
 #: knobs added with the tiers; they only act with tiers, so the golden run predates them
@@ -43,7 +43,7 @@ TIER_KNOBS = {
 
 
 #: hycache knobs added after the golden run: their defaults leave the results unchanged
-LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS, *THRESHOLD_KNOBS}
+LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS, *THRESHOLD_KNOBS, "keep_best"}
 
 
 def _strip(value: object) -> None:
@@ -66,7 +66,7 @@ def _load(path: Path) -> dict[str, Any]:
 def test_tiers_off_results_identical_to_before(tmp_path: Path) -> None:
     """Golden JSON written by the simulator before host tiers existed (wall time left out)."""
     out = tmp_path / "off.json"
-    assert main([*ARGS, *BEFORE_FREE_ROOM, "--json", str(out)]) == 0
+    assert main([*ARGS, *BEFORE_LATER_RULES, "--json", str(out)]) == 0
     assert _load(out) == json.loads(GOLDEN.read_text())
 
 

@@ -38,6 +38,12 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "max(divergence grid, state weight in KV tokens) while they all fit into free memory",
         "-",
     ),
+    "keep_best": Knob(
+        True,
+        bool,
+        "adaptive: the checkpoint kind reused at the highest rate is never skipped",
+        "-",
+    ),
     "eviction": Knob(
         "value",
         str,
@@ -294,6 +300,7 @@ def build_hycache(
             learn_grid=bool(k["learn_grid"]),
             tail_checkpoint=bool(k["tail"]),
             free_room=bool(k["free_room"]),
+            keep_best=bool(k["keep_best"]),
             thresholds=_planner_thresholds(k),
         ),
         admission=admission(k["admission"]),

@@ -43,7 +43,10 @@ class HycachePlanner(CheckpointPolicy):
     reused less than once per ``reuse_ratio`` stored states is skipped, except on every
     ``retry_every``-th request, ``early_retry_every``-th before the prompt end (to keep
     learning); the donated end-of-request state (no copy, no slot held while the request runs)
-    is kept down to once per ``donated_reuse_ratio``. The thresholds are ``PlannerThresholds``.
+    is kept down to once per ``donated_reuse_ratio``. With ``keep_best`` the kind reused at the
+    highest rate is never skipped (when memory thrashes every kind falls below the bar, and
+    skipping the best one leaves room only to kinds reused less). The thresholds are
+    ``PlannerThresholds``.
     With ``free_room``, when the candidates this left out, a point every ``spacing`` tokens
     (``_free_room_grid``) and the planned states all fit into the memory free after the
     request's working set, they are taken too, as reason ``room`` (their own reuse record: the
@@ -62,6 +65,7 @@ class HycachePlanner(CheckpointPolicy):
         max_prefill_checkpoints: int = 1,
         free_room: bool = True,
         tail_checkpoint: bool = True,
+        keep_best: bool = True,
         thresholds: PlannerThresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.interval = interval
@@ -71,6 +75,7 @@ class HycachePlanner(CheckpointPolicy):
         self.learn_grid = learn_grid
         self.adaptive = adaptive
         self.thresholds = thresholds
+        self.keep_best = keep_best
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -131,6 +136,19 @@ class HycachePlanner(CheckpointPolicy):
             stored < self.thresholds.warmup
             or reused * ratio >= stored
             or self._plans % retry_every == 0
+            or (self.keep_best and self._best_reused(reason, request))
+        )
+
+    def _best_reused(self, reason: str, request: PlanInput) -> bool:
+        """Whether no other trusted reason (``warmup`` states stored, ``room`` aside) was
+        reused at a higher rate than ``reason``: skipping the best kind frees room only for
+        kinds reused less."""
+        warmup = self.thresholds.warmup
+        stored, reused = request.reason_record.get(reason, (0, 0))
+        return all(
+            other_reused * stored <= reused * other_stored
+            for other, (other_stored, other_reused) in request.reason_record.items()
+            if other != reason and other != ROOM and other_stored >= warmup
         )
 
     def plan(self, request: PlanInput) -> PrefillPlan:
