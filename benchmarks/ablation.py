@@ -68,6 +68,7 @@ VARIANTS = (
     Variant("tune", ("hycache.tune=false",)),
     Variant("adaptive", ("hycache.adaptive=false",)),
     Variant("free_room", ("hycache.free_room=false",)),
+    Variant("keep_best", ("hycache.keep_best=false",)),
     Variant("learn_grid", ("hycache.learn_grid=false",)),
     Variant("tail", ("hycache.tail=false",)),
     Variant("value_eviction", ("hycache.eviction=gds",)),
