@@ -2,7 +2,7 @@
 
     python benchmarks/marconi_reference.py --trace .traces/sharegpt_sps=1.jsonl
         [--trace ...] [--capacities 1GB,2GB,3GB,5GB] [--model marconi-7b]
-        [--artifact-json ARTIFACT.json] [--json OUT.json]
+        [--artifact-json ARTIFACT.json] [--json OUT.json] [--set PRESET.KNOB=VALUE ...]
 
 For every trace and capacity (one "config") it replays, in serial mode as
 ``hycache simulate --mode serial --policy vllm,sglang,marconi,hycache`` does:
@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hycache.cache.presets import KnobValue
+from hycache.cli.knobs import add_knob_option, knob_overrides
 from hycache.cli.sizes import parse_size
 from hycache.policy.eviction.marconi import ALPHA_GRID
 from hycache.sim.cost import CostModel
@@ -40,6 +42,8 @@ from hycache.sim.trace_cache import default_cache_dir, load_trace
 from hycache.spec.model import load_spec
 
 PRESETS = ("vllm", "sglang", "marconi", "hycache")
+#: knob overrides per preset (``--set PRESET.KNOB=VALUE``)
+Knobs = dict[str, dict[str, KnobValue]]
 #: The artifact's capacity overrun the ``marconi@`` column grants our preset.
 OVERRUN = 1.14
 ARTIFACT = (
@@ -50,7 +54,10 @@ ARTIFACT = (
 )
 
 
-def _config(model: str, alpha: float | None = None) -> SimulationConfig:
+def _config(model: str, alpha: float | None = None, knobs: Knobs | None = None) -> SimulationConfig:
+    merged = {preset: dict(values) for preset, values in (knobs or {}).items()}
+    if alpha is not None:
+        merged.setdefault("marconi", {})["alpha"] = alpha
     spec = load_spec(model)
     return SimulationConfig(
         spec,
@@ -59,7 +66,7 @@ def _config(model: str, alpha: float | None = None) -> SimulationConfig:
         progress=False,
         reject_oversized=True,
         session_idle_s=None,
-        knobs=None if alpha is None else {"marconi": {"alpha": alpha}},
+        knobs=merged or None,
     )
 
 
@@ -74,12 +81,14 @@ def _cell(config: SimulationConfig, preset: str, capacity: int, source: Source) 
     }
 
 
-def measure(model: str, trace: str, capacity: int) -> dict[str, dict[str, Any]]:
-    """Every column of ours for one trace and capacity."""
+def measure(
+    model: str, trace: str, capacity: int, knobs: Knobs | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every column of ours for one trace and capacity (presets' knobs set by ``knobs``)."""
     source = load_trace(trace, cache_dir=default_cache_dir())
-    config = _config(model)
+    config = _config(model, knobs=knobs)
     out = {preset: _cell(config, preset, capacity, source) for preset in PRESETS}
-    runs = {a: _cell(_config(model, a), "marconi", capacity, source) for a in ALPHA_GRID}
+    runs = {a: _cell(_config(model, a, knobs), "marconi", capacity, source) for a in ALPHA_GRID}
     best = max(ALPHA_GRID, key=lambda a: (runs[a]["token_hit_rate"], -a))
     out["marconi-oracle"] = {
         **runs[best],
@@ -159,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--artifact-json", type=Path, help="benchmarks/marconi_artifact.py --json")
     parser.add_argument("--json", type=Path, help="write every measured number here")
     parser.add_argument("--from-json", type=Path, help="print this earlier --json, measure none")
+    add_knob_option(parser)
     args = parser.parse_args(argv)
+    knobs = knob_overrides(args.knobs)
     artifact = json.loads(args.artifact_json.read_text()) if args.artifact_json else None
     if args.from_json:
         earlier = json.loads(args.from_json.read_text())
@@ -174,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             row = {
                 "trace": os.path.basename(trace),
                 "capacity": capacity,
-                "ours": measure(args.model, trace, capacity),
+                "ours": measure(args.model, trace, capacity, knobs),
                 "artifact": _artifact_cell(artifact, trace, capacity),
             }
             results.append(row)
