@@ -28,8 +28,13 @@ ARGS = [
     "--policy",
     "all",
 ]
-#: rules on by default since the golden run was written: free room, keeping the best kind
-BEFORE_LATER_RULES = ["--set", "hycache.free_room=false", "--set", "hycache.keep_best=false"]
+#: defaults changed since the golden run was written: free room, keeping the best kind, the
+#: dead-tail weight
+BEFORE_LATER_RULES = [
+    *("--set", "hycache.free_room=false"),
+    *("--set", "hycache.keep_best=false"),
+    *("--set", "hycache.dead_weight=0.1"),
+]
 
 
 #: knobs added with the tiers; they only act with tiers, so the golden run predates them

@@ -23,7 +23,12 @@ from hycache.policy.checkpoint.thresholds import PlannerThresholds
 from hycache.policy.eviction.base import EvictionPolicy
 from hycache.policy.eviction.gdsf import GDSFEviction
 from hycache.policy.eviction.lru import LRUEviction
-from hycache.policy.eviction.value import CHEAP_GUESS_SHARE, TYPICAL_WINDOW, ValueEviction
+from hycache.policy.eviction.value import (
+    CHEAP_GUESS_SHARE,
+    DEAD_WEIGHT,
+    TYPICAL_WINDOW,
+    ValueEviction,
+)
 from hycache.policy.tuning import MARGIN
 from hycache.spec.model import ModelSpec
 
@@ -88,7 +93,10 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "-",
     ),
     "dead_weight": Knob(
-        0.1, float, "value eviction: weight of KV on a leaf holding no state (a dead tail)", "-"
+        DEAD_WEIGHT,
+        float,
+        "value eviction: weight of KV on a leaf holding no state (a dead tail)",
+        "-",
     ),
     "exponent": Knob(
         0.5, float, "value eviction: exponent of saved FLOPs per byte in the value", "-"

@@ -149,7 +149,9 @@ class RunKey:
         j = bisect.bisect_left(ends, b)
         before = ends[i - 1] if i else 0
         firsts = (self._firsts[i] + a - before, *self._firsts[i + 1 : j + 1])
-        return RunKey(firsts, (*(e - a for e in ends[i:j]), b - a))
+        if a == 0:
+            return RunKey(firsts, (*ends[i:j], b))
+        return RunKey(firsts, (*map((-a).__add__, ends[i:j]), b - a))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RunKey):

@@ -93,8 +93,20 @@ class HycachePlanner(CheckpointPolicy):
             return memo[2]
         grid = page
         candidate = page * 2
+        counts = sorted(self._grid_counts.items())  # by the largest power of two dividing
+        # a match end; with a power-of-two page every candidate is one, and its grid holds
+        # the counts keyed by it or more (a running sum), else test each key
+        powers = page & (page - 1) == 0
+        below = 0  # counts keyed below ``candidate``
+        index = 0
         while candidate <= t.max_grid:
-            on_grid = sum(n for g, n in self._grid_counts.items() if g % candidate == 0)
+            if powers:
+                while index < len(counts) and counts[index][0] < candidate:
+                    below += counts[index][1]
+                    index += 1
+                on_grid = self._observed - below
+            else:
+                on_grid = sum(n for g, n in counts if g % candidate == 0)
             if on_grid < t.grid_share * self._observed:
                 break
             grid = candidate

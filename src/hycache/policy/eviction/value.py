@@ -46,6 +46,9 @@ WALK_LIMIT = 64
 #: the newest value by 1 / ``TYPICAL_WINDOW``
 CHEAP_GUESS_SHARE = 1 / 64
 TYPICAL_WINDOW = 64
+#: the weight of KV on a leaf that holds no state (no request can resume inside it); chosen on
+#: the tune split by the sweep (docs/benchmarks.md, "Thresholds on the tune split")
+DEAD_WEIGHT = 0.05
 
 
 class ValueEviction(HeapEviction):
@@ -56,7 +59,7 @@ class ValueEviction(HeapEviction):
         *,
         session_aware: bool = False,
         superseded_weight: float = 0.05,
-        dead_weight: float = 0.1,
+        dead_weight: float = DEAD_WEIGHT,
         by_reason: bool = True,
         exponent: float = 0.5,
         aging_horizon: int = 1600,
