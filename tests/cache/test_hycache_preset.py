@@ -8,7 +8,12 @@ import pytest
 
 from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
-from hycache.cache.hycache_preset import HYCACHE_KNOBS, PLANNER_COUNTS, THRESHOLD_KNOBS
+from hycache.cache.hycache_preset import (
+    EVICTION_THRESHOLDS,
+    HYCACHE_KNOBS,
+    PLANNER_COUNTS,
+    THRESHOLD_KNOBS,
+)
 from hycache.cache.presets import build_cache
 from hycache.errors import ConfigError
 from hycache.policy.checkpoint.hycache import HycachePlanner
@@ -51,15 +56,20 @@ def _reached(cache: HybridPrefixCache) -> dict[str, object]:
     it is not part of a built cache)."""
     planner, eviction = cache.checkpoint_policy, cache.eviction
     assert isinstance(planner, HycachePlanner) and isinstance(eviction, ValueEviction)
+    return _thresholds(planner, eviction, cache.holds.spare_slot_share)
+
+
+def _thresholds(
+    planner: HycachePlanner, eviction: ValueEviction, spare_slot_share: float
+) -> dict[str, object]:
+    """The threshold knobs' values as the planner, the value eviction and the holds keep them."""
     t = planner.thresholds
     values: dict[str, object] = {name: getattr(t, name) for name in PLANNER_COUNTS}
     values["grid_share"] = t.grid_share
     values["tail_quantile"] = t.tail_quantile
-    for name in ("superseded_weight", "dead_weight", "exponent", "aging_horizon"):
+    for name in EVICTION_THRESHOLDS:
         values[name] = getattr(eviction, name)
-    values["typical_window"] = eviction.typical_window
-    values["cheap_guess_share"] = eviction.cheap_guess_share
-    values["spare_slot_share"] = cache.holds.spare_slot_share
+    values["spare_slot_share"] = spare_slot_share
     return values
 
 
@@ -70,16 +80,7 @@ def test_the_knob_list_names_every_threshold_once() -> None:
 
 
 def test_defaults_are_the_mechanisms_own() -> None:
-    planner, eviction = HycachePlanner(), ValueEviction()
-    t = planner.thresholds
-    own = {name: getattr(t, name) for name in PLANNER_COUNTS}
-    own["grid_share"] = t.grid_share
-    own["tail_quantile"] = t.tail_quantile
-    for name in ("superseded_weight", "dead_weight", "exponent", "aging_horizon"):
-        own[name] = getattr(eviction, name)
-    own["typical_window"] = eviction.typical_window
-    own["cheap_guess_share"] = eviction.cheap_guess_share
-    own["spare_slot_share"] = CacheConfig(page_size=1).spare_slot_share
+    own = _thresholds(HycachePlanner(), ValueEviction(), CacheConfig(page_size=1).spare_slot_share)
     assert _reached(_cache()) == own
     assert {name: HYCACHE_KNOBS[name].default for name in own} == own
     assert HYCACHE_KNOBS["tune_margin"].default == MARGIN

@@ -138,6 +138,10 @@ def test_the_tail_quantile_and_the_grid_cap_are_the_planner_s_own() -> None:
     for i in range(1, 30):
         capped.plan(plan_input(512 * i + 100, kv_hit=512 * i))
     assert capped.divergence_grid(1) == 256
+    uneven = HycachePlanner(adaptive=False, thresholds=PlannerThresholds(max_grid=300))
+    for i in range(1, 30):  # a cap that is no power of two: the largest one within it
+        uneven.plan(plan_input(512 * i + 100, kv_hit=512 * i))
+    assert uneven.divergence_grid(1) == 256
 
 
 def test_the_reuse_bar_warmup_and_retries_are_the_planner_s_own() -> None:

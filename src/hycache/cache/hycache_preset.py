@@ -235,17 +235,21 @@ PLANNER_COUNTS = (
     "tail_memory",
     "default_tail",
 )
-#: every threshold knob (benchmarks/threshold_sweep.py sweeps each)
-THRESHOLD_KNOBS = (
-    *PLANNER_COUNTS,
-    "grid_share",
-    "tail_quantile",
+#: the value eviction's threshold knobs (``ValueEviction`` attributes of the same names)
+EVICTION_THRESHOLDS = (
     "superseded_weight",
     "dead_weight",
     "exponent",
     "aging_horizon",
     "typical_window",
     "cheap_guess_share",
+)
+#: every threshold knob (benchmarks/threshold_sweep.py sweeps each)
+THRESHOLD_KNOBS = (
+    *PLANNER_COUNTS,
+    "grid_share",
+    "tail_quantile",
+    *EVICTION_THRESHOLDS,
     "spare_slot_share",
     "tune_margin",
 )

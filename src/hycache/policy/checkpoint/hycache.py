@@ -75,6 +75,8 @@ class HycachePlanner(CheckpointPolicy):
         self.learn_grid = learn_grid
         self.adaptive = adaptive
         self.thresholds = thresholds
+        #: the largest power of two within ``max_grid``: the coarsest grid a count can be on
+        self._grid_cap = 1 << (thresholds.max_grid.bit_length() - 1)
         self.keep_best = keep_best
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
@@ -91,23 +93,19 @@ class HycachePlanner(CheckpointPolicy):
         memo = self._grid_memo
         if memo is not None and memo[0] == page and memo[1] == self._observed:
             return memo[2]
+        # the counts are keyed by the largest power of two dividing a match end (at most
+        # ``_grid_cap``): a power-of-two grid holds the keys at least as large (a running
+        # sum over them, ascending); a grid of any other size holds none
         grid = page
         candidate = page * 2
-        counts = sorted(self._grid_counts.items())  # by the largest power of two dividing
-        # a match end; with a power-of-two page every candidate is one, and its grid holds
-        # the counts keyed by it or more (a running sum), else test each key
-        powers = page & (page - 1) == 0
+        counts = sorted(self._grid_counts.items())
         below = 0  # counts keyed below ``candidate``
         index = 0
-        while candidate <= t.max_grid:
-            if powers:
-                while index < len(counts) and counts[index][0] < candidate:
-                    below += counts[index][1]
-                    index += 1
-                on_grid = self._observed - below
-            else:
-                on_grid = sum(n for g, n in counts if g % candidate == 0)
-            if on_grid < t.grid_share * self._observed:
+        while candidate <= t.max_grid and page & (page - 1) == 0:
+            while index < len(counts) and counts[index][0] < candidate:
+                below += counts[index][1]
+                index += 1
+            if self._observed - below < t.grid_share * self._observed:
                 break
             grid = candidate
             candidate *= 2
@@ -134,7 +132,7 @@ class HycachePlanner(CheckpointPolicy):
             oldest = self._tails.pop(0)
             del self._sorted_tails[bisect.bisect_left(self._sorted_tails, oldest)]
         power = kv_hit & -kv_hit  # largest power of two dividing kv_hit
-        power = min(power, self.thresholds.max_grid)
+        power = min(power, self._grid_cap)
         self._grid_counts[power] = self._grid_counts.get(power, 0) + 1
         self._observed += 1
 
