@@ -21,7 +21,6 @@ THRESHOLDS = {
     "max_grid",
     "grid_share",
     "grid_warmup",
-    "tail_quantile",
     "tail_warmup",
     "tail_memory",
     "default_tail",
@@ -45,7 +44,6 @@ def test_the_sweep_covers_every_threshold_knob_with_two_other_values() -> None:
         default = HYCACHE_KNOBS[knob].default
         assert isinstance(default, int | float) and low < default < high
     assert sweep.sweep_values("reuse_ratio") == (5, 20)
-    assert sweep.sweep_values("tail_quantile") == (0.8, 0.95)
     assert sweep.sweep_values("tune_margin") == (0.0, 0.2)
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hycache.policy.checkpoint.base import PlanInput
 from hycache.policy.checkpoint.hycache import HycachePlanner
 from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS, PlannerThresholds
@@ -13,16 +16,41 @@ def plan_input(
     return PlanInput(n, start, kv_hit, page, None, new)
 
 
-def test_tail_length_learns_the_quantile_of_unique_tails() -> None:
+def test_tail_length_maximises_the_tokens_a_later_prompt_reuses() -> None:
+    """Once tails were seen, the step back is the observed tail ``t`` with the most
+    ``(prompt_len - t) * share of tails <= t``: all of them for a long prompt, fewer for a
+    short one (covering the longest tail would leave little to reuse)."""
     planner = HycachePlanner()
-    assert planner.tail_length() == DEFAULT_THRESHOLDS.default_tail
+    assert planner.tail_length(5000) == DEFAULT_THRESHOLDS.default_tail
     for tail in range(10, 110, 10):  # ten prompts that shared all but 10..100 tokens
         planner.plan(plan_input(5000, kv_hit=5000 - tail))
-    assert planner.tail_length() == 100  # the 90th percentile of 10, 20, ..., 100
+    assert planner.tail_length(5000) == 100  # 4900 tokens for every later prompt
+    assert planner.tail_length(150) == 70  # 80 tokens for 7 in 10 (560) beat 50 for all (500)
+    assert planner.tail_length(60) == 30  # 30 tokens for 3 in 10; a longer tail is past 0
     plan = planner.plan(plan_input(3000, kv_hit=0))
     positions = {p.position: p.reason for p in plan.checkpoints}
     assert positions.get(2900) == "tail" or 2900 not in positions  # at most one prefill point
     assert all(p.position in plan.chunk_ends for p in plan.checkpoints if p.position <= 3000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    tails=st.lists(st.integers(1, 400), min_size=8, max_size=40),
+    prompt_len=st.integers(2, 600),
+)
+def test_tail_length_matches_a_brute_force_search(tails: list[int], prompt_len: int) -> None:
+    """Against every step back from 0 to the prompt length: none reuses more tokens in
+    expectation than the one chosen (ties may pick either)."""
+    planner = HycachePlanner()
+    for tail in tails:
+        planner.plan(plan_input(tail + 1000, kv_hit=1000))
+
+    def reused(step: int) -> int:
+        return max(0, prompt_len - step) * sum(t <= step for t in tails)
+
+    best = max(reused(step) for step in range(prompt_len + 1))
+    chosen = planner.tail_length(prompt_len)
+    assert reused(chosen) == best or (best == 0 and chosen >= min(tails))
 
 
 def test_tail_checkpoint_lands_before_a_later_divergence() -> None:
@@ -33,7 +61,7 @@ def test_tail_checkpoint_lands_before_a_later_divergence() -> None:
         planner.plan(plan_input(3000 + i, kv_hit=3000 + i - 64))
     plan = planner.plan(plan_input(4064))
     tails = [p.position for p in plan.checkpoints if p.reason == "tail"]
-    assert tails == [4064 - planner.tail_length()] and tails[0] <= 4000
+    assert tails == [4064 - planner.tail_length(4064)] and tails[0] <= 4000
 
 
 def test_end_of_request_state_is_donated_on_page_aligned_ends() -> None:
@@ -106,6 +134,22 @@ def test_without_free_room_a_plan_takes_at_most_one_prefill_checkpoint() -> None
             assert len(prefill) == 1 and "room" not in reasons
 
 
+def test_room_states_never_cut_the_prefill() -> None:
+    """Room states ride along only where the kernel copies them out (or a chunk ends anyway):
+    the points of the free-room grid inside the first kernel step past the start would each
+    cost a forward pass, so they are left out and the chunks are those of the plan without
+    free room."""
+    roomy = PlanInput(
+        4000, 1000, 0, 1, None, 0, kernel_chunk=64, free_states=1000, state_kv_tokens=20
+    )
+    with_room = HycachePlanner(adaptive=False).plan(roomy)
+    without = HycachePlanner(adaptive=False, free_room=False).plan(roomy)
+    assert with_room.chunk_ends == without.chunk_ends == (4000,)
+    room = [p.position for p in with_room.checkpoints if p.reason == "room"]
+    assert room and all((p - 1000) % 64 == 0 or p == 4000 for p in room)
+    assert not {1020, 1040, 1060} & set(room)  # the grid points the kernel cannot copy out
+
+
 def test_without_the_tail_checkpoint_no_tail_reason_appears() -> None:
     for tail in (True, False):
         planner = HycachePlanner(adaptive=False, free_room=False, tail_checkpoint=tail)
@@ -133,7 +177,7 @@ def test_the_tail_quantile_and_the_grid_cap_are_the_planner_s_own() -> None:
     median = HycachePlanner(thresholds=PlannerThresholds(tail_quantile=0.5))
     for tail in range(10, 110, 10):
         median.plan(plan_input(5000, kv_hit=5000 - tail))
-    assert median.tail_length() == 60  # the middle of 10, 20, ..., 100 (index 5)
+    assert median.tail_length(5000) == 60  # the middle of 10, 20, ..., 100 (index 5)
     capped = HycachePlanner(adaptive=False, thresholds=PlannerThresholds(max_grid=256))
     for i in range(1, 30):
         capped.plan(plan_input(512 * i + 100, kv_hit=512 * i))
@@ -167,7 +211,7 @@ def test_the_reuse_bar_warmup_and_retries_are_the_planner_s_own() -> None:
 
 def test_the_grid_and_tail_evidence_thresholds_are_the_planner_s_own() -> None:
     """``grid_warmup`` divergences before the grid is learned, ``grid_share`` of them on it;
-    ``tail_warmup`` tails before the learned tail replaces ``default_tail``, the quantile over
+    ``tail_warmup`` tails before the learned tail replaces ``default_tail``, the tail chosen from
     the last ``tail_memory`` of them."""
     # 29 prompts diverging on 512-token blocks, 1 in 4 of them a block off the 1024 grid
     eager = PlannerThresholds(grid_warmup=10, grid_share=0.7)
@@ -183,14 +227,14 @@ def test_the_grid_and_tail_evidence_thresholds_are_the_planner_s_own() -> None:
     assert grids["patient"] == 1 and grids["eager"] >= 1024
     assert grids["loose"] >= 1024 and grids["strict"] == 512
     short = HycachePlanner(thresholds=PlannerThresholds(tail_warmup=3, default_tail=77))
-    assert short.tail_length() == 77
+    assert short.tail_length(5000) == 77
     for tail in (500, 10, 20, 30):
         short.plan(plan_input(5000, kv_hit=5000 - tail))
-    assert short.tail_length() == 500  # the 90th percentile of four, no warm-up of 8
+    assert short.tail_length(5000) == 500  # covering all four, no warm-up of 8
     forgetful = HycachePlanner(thresholds=PlannerThresholds(tail_memory=8))
     for tail in (900, *range(10, 90, 10)):  # the 900 falls out of a memory of 8
         forgetful.plan(plan_input(5000, kv_hit=5000 - tail))
-    assert forgetful.tail_length() == 80
+    assert forgetful.tail_length(5000) == 80
 
 
 def test_the_best_reused_kind_is_never_skipped() -> None:

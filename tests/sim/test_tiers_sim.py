@@ -34,6 +34,7 @@ BEFORE_LATER_RULES = [
     *("--set", "hycache.free_room=false"),
     *("--set", "hycache.keep_best=false"),
     *("--set", "hycache.dead_weight=0.1"),
+    *("--set", "hycache.tail_quantile=0.9"),
 ]
 
 
@@ -48,7 +49,7 @@ TIER_KNOBS = {
 
 
 #: hycache knobs added after the golden run: their defaults leave the results unchanged
-LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS, *THRESHOLD_KNOBS, "keep_best"}
+LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS, *THRESHOLD_KNOBS, "keep_best", "tail_quantile"}
 
 
 def _strip(value: object) -> None:

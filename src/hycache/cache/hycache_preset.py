@@ -171,8 +171,10 @@ HYCACHE_KNOBS: dict[str, Knob] = {
     "tail_quantile": Knob(
         T.tail_quantile,
         float,
-        "quantile of the recent unique tails the tail checkpoint steps back by, in [0, 1]",
+        "the tail checkpoint steps back by this quantile of the recent unique tails, in "
+        "[0, 1] (unset: by the tail that maximises the tokens a later prompt reuses)",
         "-",
+        optional=True,
     ),
     "grid_share": Knob(
         T.grid_share,
@@ -190,7 +192,9 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "unique tails observed before the learned tail replaces default_tail",
         "-",
     ),
-    "tail_memory": Knob(T.tail_memory, int, "how many recent unique tails the quantile is of", "-"),
+    "tail_memory": Knob(
+        T.tail_memory, int, "how many recent unique tails the step back is chosen from", "-"
+    ),
     "default_tail": Knob(
         T.default_tail, int, "the tail checkpoint's step back in tokens before tail_warmup", "-"
     ),
@@ -248,7 +252,6 @@ EVICTION_THRESHOLDS = (
 THRESHOLD_KNOBS = (
     *PLANNER_COUNTS,
     "grid_share",
-    "tail_quantile",
     *EVICTION_THRESHOLDS,
     "spare_slot_share",
     "tune_margin",
@@ -262,7 +265,9 @@ def _planner_thresholds(k: dict[str, KnobValue]) -> PlannerThresholds:
     return PlannerThresholds(
         **counts,
         grid_share=share("hycache", "grid_share", k["grid_share"]),
-        tail_quantile=share("hycache", "tail_quantile", k["tail_quantile"], closed=True),
+        tail_quantile=None
+        if k["tail_quantile"] is None
+        else share("hycache", "tail_quantile", k["tail_quantile"], closed=True),
     )
 
 

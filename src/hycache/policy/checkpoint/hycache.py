@@ -13,7 +13,13 @@ from hycache.policy.checkpoint.base import (
     PlanInput,
     PrefillPlan,
 )
-from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, onto_kernel_grid, settle_ends
+from hycache.policy.checkpoint.chunks import (
+    chunk_ends,
+    floor_to,
+    in_kernel,
+    onto_kernel_grid,
+    settle_ends,
+)
 from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS, PlannerThresholds
 
 REASON_PREFERENCE = ("branch", "tail", "prompt_end", "interval", ROOM)
@@ -30,8 +36,8 @@ class HycachePlanner(CheckpointPolicy):
       is what the next turn can use;
     * the end of the request (input + output, rounded down to a page): the next turn of a
       conversation resumes there;
-    * the *tail* point (with ``tail_checkpoint``): the prompt end less the ``tail_quantile`` of
-      the unique tails of recent prompts that shared a prefix;
+    * the *tail* point (with ``tail_checkpoint``): the prompt end less a step back chosen from
+      the unique tails of recent prompts that shared a prefix (``tail_length``);
     * optionally one every ``interval`` prompt tokens.
 
     A prefill checkpoint is moved down onto the kernel grid of its chunk (``kernel_chunk``,
@@ -50,7 +56,8 @@ class HycachePlanner(CheckpointPolicy):
     With ``free_room``, when the candidates this left out, a point every ``spacing`` tokens
     (``_free_room_grid``) and the planned states all fit into the memory free after the
     request's working set, they are taken too, as reason ``room`` (their own reuse record: the
-    adaptive record of the other reasons stays as without them). They displace nothing now;
+    adaptive record of the other reasons stays as without them), each only where a chunk ends
+    or the kernel copies it out (never a forward pass more). They displace nothing now;
     the eviction ranks them later like any other state. The cache offers free room only until
     memory first runs short (``PlanInput.free_states``): after that, free memory is the churn
     of evictions, and the rules above decide alone.
@@ -112,15 +119,28 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_memo = (page, self._observed, grid)
         return grid
 
-    def tail_length(self) -> int:
-        """How far before its end a prompt is likely to diverge from a later one: the
-        ``tail_quantile`` of the unique tails (prompt length - attention match) of recent
-        prompts that shared a prefix; ``default_tail`` until ``tail_warmup`` were seen."""
+    def tail_length(self, prompt_len: int) -> int:
+        """How far before its end (``prompt_len`` tokens) to checkpoint a prompt so a later one
+        sharing all but a unique tail resumes there, learned from the unique tails (prompt
+        length - attention match) of the last ``tail_memory`` prompts that shared a prefix:
+        the ``tail_quantile`` of them, or by default the tail ``t`` that maximises the tokens a
+        later prompt is expected to reuse, ``(prompt_len - t) * P(its tail <= t)``, over the
+        observed tails. ``default_tail`` until ``tail_warmup`` were seen."""
         t = self.thresholds
         if len(self._tails) < t.tail_warmup:
             return t.default_tail
         ordered = self._sorted_tails
-        return ordered[min(len(ordered) - 1, int(t.tail_quantile * len(ordered)))]
+        if t.tail_quantile is not None:
+            return ordered[min(len(ordered) - 1, int(t.tail_quantile * len(ordered)))]
+        best, best_reused = ordered[0], 0
+        count = len(ordered)
+        for index, tail in enumerate(ordered):
+            covered = prompt_len - tail
+            if covered * count <= best_reused:
+                break  # no larger tail can reuse more: it covers less with at most all
+            if covered * (index + 1) > best_reused:
+                best, best_reused = tail, covered * (index + 1)
+        return best
 
     def _observe(self, kv_hit: int, prompt_len: int) -> None:
         if kv_hit <= 0:
@@ -178,7 +198,7 @@ class HycachePlanner(CheckpointPolicy):
         if position > start:
             wanted[position] = "prompt_end"
         if self.tail_checkpoint:  # a later prompt sharing all but its tail diverges there
-            tail = floor_to(n - self.tail_length(), page)
+            tail = floor_to(n - self.tail_length(n), page)
             if tail > start and tail not in wanted:
                 wanted[tail] = "tail"
         branch = floor_to(request.kv_hit, page)
@@ -205,13 +225,18 @@ class HycachePlanner(CheckpointPolicy):
         if len(kept) > self.max_prefill_checkpoints:
             ranked = sorted(kept.items(), key=lambda pr: self._rank(pr[1], request))
             kept = dict(ranked[: self.max_prefill_checkpoints])
-        if self.free_room:
-            grid_points = [
-                p if kernel is None else onto_kernel_grid(start, ends, p, kernel, page)
-                for p in self._free_room_grid(request)
-            ]
-            kept.update(self._room_states(request, [*wanted, *grid_points], kept))
         ends = settle_ends(start, n, budget, tuple(kept), kernel)
+        if self.free_room:
+            candidates = [*wanted, *self._free_room_grid(request)]
+            if kernel is not None:
+                # onto the kernel grid of the chunks just settled: a room state rides along
+                # only where a chunk ends or the kernel copies it out, never costing a pass
+                projected = (onto_kernel_grid(start, ends, p, kernel, page) for p in candidates)
+                candidates = [p for p in projected if in_kernel(start, ends, p, kernel)]
+            room = self._room_states(request, candidates, kept)
+            kept.update(room)
+            if room and kernel is None:  # no kernel grid: a state is copied at a chunk end
+                ends = settle_ends(start, n, budget, tuple(kept), kernel)
         total = n + request.max_new_tokens
         final = floor_to(total, page)
         donate = False

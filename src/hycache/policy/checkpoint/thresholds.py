@@ -25,9 +25,10 @@ class PlannerThresholds:
     power-of-two grid, at most ``max_grid`` tokens, that at least ``grid_share`` of them fall
     on; the page before.
 
-    Unique tail: the ``tail_quantile`` of the last ``tail_memory`` unique tails (prompt length
-    less its attention match) once ``tail_warmup`` were observed; ``default_tail`` tokens
-    before.
+    Unique tail: chosen from the last ``tail_memory`` unique tails (prompt length less its
+    attention match) once ``tail_warmup`` were observed, ``default_tail`` tokens before: the
+    tail that maximises the tokens a later prompt is expected to reuse, or with
+    ``tail_quantile`` set, that quantile of them.
     """
 
     warmup: int = 8
@@ -38,7 +39,7 @@ class PlannerThresholds:
     max_grid: int = 4096
     grid_share: float = 0.8
     grid_warmup: int = 20
-    tail_quantile: float = 0.9
+    tail_quantile: float | None = None
     tail_warmup: int = 8
     tail_memory: int = 256
     default_tail: int = 256
