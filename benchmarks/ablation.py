@@ -71,6 +71,7 @@ VARIANTS = (
     Variant("keep_best", ("hycache.keep_best=false",)),
     Variant("learn_grid", ("hycache.learn_grid=false",)),
     Variant("tail", ("hycache.tail=false",)),
+    Variant("tail_rule", ("hycache.tail_quantile=0.9",)),
     Variant("value_eviction", ("hycache.eviction=gds",)),
     Variant("by_reason", ("hycache.by_reason=false",)),
     Variant("superseded", ("hycache.superseded_weight=1",)),
