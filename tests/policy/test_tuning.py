@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from hycache.policy.tuning import CANDIDATES, MARGIN, tune_knobs
@@ -58,3 +60,49 @@ def test_run_policy_tunes_hycache_unless_its_knobs_are_set() -> None:
     assert {k: tuned.knobs[k] for k in ("eviction", "adaptive")} in [dict(c) for c in CANDIDATES]
     fixed = SimulationConfig(spec, cost, knobs={"hycache": {"eviction": "gds"}})
     assert run_policy(fixed, "hycache", 2 * 10**9, source).knobs["eviction"] == "gds"
+
+
+def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No candidate reused a token in the window: it tells them apart no better than a coin,
+    so the window doubles until some candidate reuses something or it holds everything."""
+    windows: list[tuple[int, bool]] = []
+    real_window = simulate._window
+
+    def recorded(source, spec, capacity, multiplier):  # type: ignore[no-untyped-def]
+        window, whole = real_window(source, spec, capacity, multiplier)
+        windows.append((sum(1 for _ in window()), whole))
+        return window, whole
+
+    def blind(replay, candidates=CANDIDATES, margin=MARGIN):  # type: ignore[no-untyped-def]
+        return candidates[0], [0.0] * len(candidates)
+
+    monkeypatch.setattr(simulate, "_window", recorded)
+    monkeypatch.setattr(simulate, "tune_knobs", blind)
+    spec = load_spec("qwen3-next-80b-a3b")
+    config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
+    source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
+    run_policy(config, "hycache", 5 * 10**8, source)
+    sizes = [size for size, _ in windows]
+    wholes = [whole for _, whole in windows]
+    assert len(windows) >= 3 and wholes == [False] * (len(sizes) - 1) + [True]
+    assert all(later == 2 * earlier for earlier, later in itertools.pairwise(sizes[:-1]))
+    assert sizes[-1] == 200
+
+
+def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[float]] = []
+    real = simulate.tune_knobs
+
+    def counted(replay, candidates=CANDIDATES, margin=MARGIN):  # type: ignore[no-untyped-def]
+        chosen, scores = real(replay, candidates, margin)
+        calls.append(scores)
+        return chosen, scores
+
+    monkeypatch.setattr(simulate, "tune_knobs", counted)
+    spec = load_spec("qwen3-next-80b-a3b")
+    config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
+    source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
+    run_policy(config, "hycache", 5 * 10**8, source)
+    assert len(calls) == 1 and any(calls[0])

@@ -5,7 +5,8 @@ the prompt end of a chat turn): their states would only crowd out useful ones. I
 cache that thrashes: on the Mooncake synthetic trace at 5-20% of its footprint, tail states are
 reused once per 16 stored, below the bar, yet they are nearly all the reuse there is. Like
 Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
-candidate and scores each (the simulator: tokens reused); the best wins, but the first listed
+candidate and scores each (the simulator: tokens reused, on a window it doubles while every
+score is 0); the best wins, but the first listed
 (the default) keeps its place unless another beats it by ``margin`` (default ``MARGIN``, the
 ``hycache`` preset's knob ``tune_margin``). (Plain LRU was a
 candidate once; the value eviction without skipping came within 2.4% of it on the Mooncake

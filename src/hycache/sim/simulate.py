@@ -78,6 +78,11 @@ class SimulationConfig:
 def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> Source:
     """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests, as a
     source (a list, unless ``source`` is a :class:`PrefixSource`)."""
+    return _window(source, spec, capacity, multiplier)[0]
+
+
+def _window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> tuple[Source, bool]:
+    """``_bootstrap_window`` and whether it holds all of ``source``."""
     window: list[Request] = []
     keep = not isinstance(source, PrefixSource)
     count = 0
@@ -94,10 +99,38 @@ def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier
                 fill_count = count
         if fill_count is not None and count >= multiplier * fill_count:
             break
+    whole = fill_count is None or count < multiplier * fill_count
     if isinstance(source, PrefixSource):
         prefix = source
-        return lambda: prefix.head(count)
-    return lambda: window
+        return (lambda: prefix.head(count)), whole
+    return (lambda: window), whole
+
+
+def _tune_hycache(
+    config: SimulationConfig, capacity: int, source: Source, multiplier: int, margin: float
+) -> Mapping[str, object]:
+    """hycache's one-time choice (``hycache.policy.tuning``) on a bootstrap window of
+    ``multiplier`` cache fills. A window in which no candidate reused a single token tells
+    them apart no better than a coin: it is doubled until some candidate reuses something or
+    it holds the whole source."""
+    while True:
+        window, whole = _window(source, config.spec, capacity, multiplier)
+
+        def replay(choice: Mapping[str, object], window: Source = window) -> float:
+            cache = _build(config, "hycache", capacity, choice)
+            replay_serial(
+                cache,
+                window(),
+                config.cost,
+                reject_oversized=True,
+                session_idle_s=config.session_idle_s,
+            )
+            return float(cache.stats().reused_tokens)
+
+        chosen, scores = tune_knobs(replay, margin=margin)
+        if any(scores) or whole:
+            return chosen
+        multiplier *= 2
 
 
 def preset_knobs(config: SimulationConfig, preset: str) -> dict[str, object]:
@@ -154,21 +187,9 @@ def run_policy(
     resolved = resolve_knobs(preset, knobs)
     if preset == "hycache" and resolved["tune"] and not {"eviction", "adaptive"} & set(knobs):
         multiplier = int(resolved["bootstrap_multiplier"] or 5)
-        window = _bootstrap_window(source, config.spec, capacity, multiplier)
-
-        def replay(choice: Mapping[str, object]) -> float:
-            cache = _build(config, preset, capacity, choice)
-            replay_serial(
-                cache,
-                window(),
-                config.cost,
-                reject_oversized=True,
-                session_idle_s=config.session_idle_s,
-            )
-            return float(cache.stats().reused_tokens)
-
-        chosen, _ = tune_knobs(replay, margin=float(resolved["tune_margin"] or 0.0))
-        extra.update(chosen)
+        extra.update(
+            _tune_hycache(config, capacity, source, multiplier, float(resolved["tune_margin"] or 0))
+        )
     cache = _build(config, preset, capacity, extra)
     tiers = _tiers(config, preset, {**knobs, **extra})
     prefetch = None if tiers is None else Prefetch.of(tiers, config.cost)
