@@ -68,7 +68,7 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
     """No candidate reused a token in the window: it tells them apart no better than a coin,
     so the window doubles until some candidate reuses something or it holds everything."""
     windows: list[tuple[int, bool]] = []
-    real_window = simulate._window
+    real_window = simulate._bootstrap_window
 
     def recorded(source, spec, capacity, multiplier):  # type: ignore[no-untyped-def]
         window, whole = real_window(source, spec, capacity, multiplier)
@@ -78,7 +78,7 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
     def blind(replay, candidates=CANDIDATES, margin=MARGIN):  # type: ignore[no-untyped-def]
         return candidates[0], [0.0] * len(candidates)
 
-    monkeypatch.setattr(simulate, "_window", recorded)
+    monkeypatch.setattr(simulate, "_bootstrap_window", recorded)
     monkeypatch.setattr(simulate, "tune_knobs", blind)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))

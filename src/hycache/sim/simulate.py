@@ -75,14 +75,12 @@ class SimulationConfig:
             resolve_knobs(preset, values)
 
 
-def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> Source:
+def _bootstrap_window(
+    source: Source, spec: ModelSpec, capacity: int, multiplier: int
+) -> tuple[Source, bool]:
     """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests, as a
-    source (a list, unless ``source`` is a :class:`PrefixSource`)."""
-    return _window(source, spec, capacity, multiplier)[0]
-
-
-def _window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> tuple[Source, bool]:
-    """``_bootstrap_window`` and whether it holds all of ``source``."""
+    source (a list, unless ``source`` is a :class:`PrefixSource`), and whether that is all of
+    ``source``."""
     window: list[Request] = []
     keep = not isinstance(source, PrefixSource)
     count = 0
@@ -114,7 +112,7 @@ def _tune_hycache(
     them apart no better than a coin: it is doubled until some candidate reuses something or
     it holds the whole source."""
     while True:
-        window, whole = _window(source, config.spec, capacity, multiplier)
+        window, whole = _bootstrap_window(source, config.spec, capacity, multiplier)
 
         def replay(choice: Mapping[str, object], window: Source = window) -> float:
             cache = _build(config, "hycache", capacity, choice)
@@ -170,7 +168,7 @@ def run_policy(
     extra: dict[str, object] = {}
     if preset == "marconi" and "alpha" not in knobs:
         multiplier = int(resolve_knobs("marconi", knobs)["bootstrap_multiplier"] or 5)
-        window = _bootstrap_window(source, config.spec, capacity, multiplier)
+        window, _ = _bootstrap_window(source, config.spec, capacity, multiplier)
 
         def score(alpha: float) -> float:
             cache = _build(config, preset, capacity, {"alpha": alpha})
