@@ -4,8 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
+# the optional compiled build (setup.py, HYCACHE_COMPILE=1): its own environment, rebuilt
+# whenever a source file changes
+FAST := .venv-fast
+STAMP_FAST := $(FAST)/.installed
+SOURCES := $(shell find src -name '*.py') setup.py pyproject.toml
 
-.PHONY: run test lint typecheck pytest clean fidelity redis-server
+.PHONY: run test lint typecheck pytest clean fidelity redis-server fast
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -18,6 +23,19 @@ $(STAMP_RUN): pyproject.toml | $(BIN)/python
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,engine,serve,redis,sim,ray,traces]'
 	touch $@ $(STAMP_RUN)
+
+# The same package with the cache's hot core compiled to C by mypyc (needs a C compiler; a
+# few minutes on 2 cores). Run it as .venv-fast/bin/hycache; tests/test_compiled.py checks it
+# gives the pure build's results.
+$(STAMP_FAST): $(SOURCES)
+	rm -rf $(FAST) build
+	$(PY) -m venv $(FAST) || python3 -m venv $(FAST)
+	$(FAST)/bin/pip install -q --upgrade pip setuptools wheel 'mypy>=1.10' 'numpy>=1.24'
+	HYCACHE_COMPILE=1 $(FAST)/bin/pip install -q --no-build-isolation '.[sim]'
+	rm -rf build
+	touch $@
+
+fast: $(STAMP_FAST)
 
 # The tier tests start their own redis-server (Debian's package) on a free loopback port.
 redis-server:
@@ -37,7 +55,7 @@ lint: $(STAMP_DEV)
 typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
-pytest: $(STAMP_DEV) redis-server
+pytest: $(STAMP_DEV) $(STAMP_FAST) redis-server
 	$(BIN)/pytest
 
 test: lint typecheck pytest
@@ -50,4 +68,4 @@ fidelity: $(STAMP_RUN)
 	benchmarks/fidelity/run.sh $(abspath $(BIN)/python)
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(FAST) build src/*.egg-info .mypy_cache .pytest_cache .ruff_cache

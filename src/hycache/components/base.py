@@ -33,12 +33,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
 
+from hycache.compiled import mypyc_attr, own_abc_caches
 from hycache.errors import CacheUsageError
 from hycache.tree.node import Node
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Component(ABC):
     """Base class of the per-layer-group components. Subclasses set ``kind``."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own_abc_caches(cls)
 
     kind: ClassVar[str]
     #: True when the component's data covers every inserted position (attention KV) and so
@@ -59,11 +65,13 @@ class Component(ABC):
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.kind
         self.page_size = 1
+        self.bound = False
 
     def bind(self, slot: int, page_size: int) -> None:
         """Called once by the tree: where this component's data lives in ``node.data``."""
-        if "slot" in self.__dict__:
+        if self.bound:
             raise CacheUsageError(f"component {self.name} is already bound to a tree")
+        self.bound = True
         self.slot = slot
         self.page_size = page_size
 
@@ -116,3 +124,6 @@ class Component(ABC):
     @abstractmethod
     def check_node(self, node: Node) -> None:
         """Check the component's invariants on ``node``; IntegrityError if one is broken."""
+
+
+own_abc_caches(Component)

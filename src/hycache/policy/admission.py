@@ -9,11 +9,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 
+from hycache.compiled import mypyc_attr, own_abc_caches
 from hycache.errors import ConfigError
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class AdmissionPolicy(ABC):
     """Decides, at finish, whether a checkpoint is stored. May remember what it has seen."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own_abc_caches(cls)
 
     #: whether ``admit`` looks at ``sighting`` (else the cache passes b"" and skips hashing)
     uses_sightings: bool = True
@@ -24,6 +30,9 @@ class AdmissionPolicy(ABC):
     @abstractmethod
     def admit(self, sighting: bytes, reason: str) -> bool:
         """``sighting``: a digest of (namespace, prefix up to the checkpoint)."""
+
+
+own_abc_caches(AdmissionPolicy)
 
 
 class AlwaysAdmit(AdmissionPolicy):

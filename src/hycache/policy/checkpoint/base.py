@@ -19,6 +19,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hycache.compiled import mypyc_attr, own_abc_caches
+
 #: what ``CheckpointPolicy.offgrid`` may say
 OFFGRID_MODES = ("drop", "misplace")
 
@@ -72,8 +74,13 @@ class PrefillPlan:
     keep_final_state: bool  # donate the running state at the end of the request
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CheckpointPolicy(ABC):
     """Decides where states are copied. Pure: no cache mutation."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own_abc_caches(cls)
 
     #: grid the recurrent group's states must land on to be publishable (None: any page)
     state_grid: int | None = None
@@ -88,3 +95,6 @@ class CheckpointPolicy(ABC):
 
     @abstractmethod
     def plan(self, request: PlanInput) -> PrefillPlan: ...
+
+
+own_abc_caches(CheckpointPolicy)

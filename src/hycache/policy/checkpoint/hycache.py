@@ -204,7 +204,8 @@ class HycachePlanner(CheckpointPolicy):
         branch = floor_to(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
-        budget, kernel = request.token_budget, request.kernel_chunk
+        budget = request.token_budget
+        kernel: int | None = request.kernel_chunk  # (typed: mypyc infers None otherwise)
         ends = chunk_ends(start, n, budget)
         if kernel is not None:
             # onto the kernel grid of its chunk (at most kernel_chunk - 1 tokens earlier):

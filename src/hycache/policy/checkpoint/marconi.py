@@ -5,13 +5,10 @@ Pure: given a request the planner returns its chunk ends and checkpoints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to
 
 
-@dataclass
 class MarconiPlanner(CheckpointPolicy):
     """Marconi: at most two states per sequence: the branch point found by this lookup
     (speculative insertion, when the token match runs past the last state) and the state at

@@ -6,13 +6,11 @@ Pure: given a request the planner returns its chunk ends and checkpoints.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from hycache.policy.checkpoint.base import Checkpoint, CheckpointPolicy, PlanInput, PrefillPlan
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, in_kernel
 
 
-@dataclass
 class SglangPlanner(CheckpointPolicy):
     """SGLang Mamba radix cache (0.5.23). ``no_buffer``: a state at every chunk end, and the
     running state donated at request end. ``extra_buffer``: every prefill chunk (an extend of
@@ -25,14 +23,15 @@ class SglangPlanner(CheckpointPolicy):
     grid of their chunk. With ``extra_buffer`` the tree keeps a request's KV only up to its
     deepest tracked state (``kv_to_last_state``)."""
 
-    strategy: str
-    page_size: int
-    track_interval: int
-    #: the model's recurrent kernel chunk (SGLang's mamba_chunk_size, FLA's 64 by default):
-    #: the tracking grid even where the replay gives no kernel grid (serial mode)
-    mamba_chunk: int | None = None
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self, strategy: str, page_size: int, track_interval: int, mamba_chunk: int | None = None
+    ) -> None:
+        self.strategy = strategy
+        self.page_size = page_size
+        self.track_interval = track_interval
+        #: the model's recurrent kernel chunk (SGLang's mamba_chunk_size, FLA's 64 by
+        #: default): the tracking grid even where the replay gives no kernel grid (serial mode)
+        self.mamba_chunk = mamba_chunk
         # extra_buffer inserts a request's KV up to its tracked state only
         self.kv_to_last_state = self.strategy == "extra_buffer"
 

@@ -5,8 +5,6 @@ Pure: given a request the planner returns its chunk ends and checkpoints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hycache.errors import ConfigError
 from hycache.policy.checkpoint.base import (
     OFFGRID_MODES,
@@ -18,7 +16,6 @@ from hycache.policy.checkpoint.base import (
 from hycache.policy.checkpoint.chunks import chunk_ends, floor_to, in_kernel
 
 
-@dataclass
 class VllmAlignPlanner(CheckpointPolicy):
     """vLLM ``mamba_cache_mode="align"``. States sit on the block grid: at chunk ends, which the
     scheduler cuts on ``scheduler_grid`` (the recurrent block, or by the #54076 bug the
@@ -29,17 +26,25 @@ class VllmAlignPlanner(CheckpointPolicy):
     boundary (the last block boundary before the prompt's last token) and the junction; N > 0
     also the states at multiples of N."""
 
-    block: int
-    scheduler_grid: int
-    retention_interval: int | None
-    offgrid: str = "drop"
-    caches_states: bool = True
-    internal_checkpoints: bool = False
-    #: an internal checkpoint lies a multiple of this from its chunk's start (FlashInfer GDN:
-    #: the block; Mamba2: 1)
-    checkpoint_alignment: int = 1
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        block: int,
+        scheduler_grid: int,
+        retention_interval: int | None,
+        offgrid: str = "drop",
+        caches_states: bool = True,
+        internal_checkpoints: bool = False,
+        checkpoint_alignment: int = 1,
+    ) -> None:
+        self.block = block
+        self.scheduler_grid = scheduler_grid
+        self.retention_interval = retention_interval
+        self.offgrid = offgrid
+        self.caches_states = caches_states
+        self.internal_checkpoints = internal_checkpoints
+        #: an internal checkpoint lies a multiple of this from its chunk's start (FlashInfer
+        #: GDN: the block; Mamba2: 1)
+        self.checkpoint_alignment = checkpoint_alignment
         if self.offgrid not in OFFGRID_MODES:
             raise ConfigError(f"offgrid must be one of {OFFGRID_MODES}, got {self.offgrid!r}")
         if self.block < 1 or self.scheduler_grid < 1 or self.checkpoint_alignment < 1:

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Protocol
 
+from hycache.compiled import mypyc_attr, own_abc_caches
 from hycache.components.base import Component
 from hycache.components.full import PagedKVComponent
 from hycache.components.recurrent import RecurrentComponent
@@ -64,15 +65,23 @@ class EvictionContext(Protocol):
         passes through ``node``."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class EvictionPolicy(ABC):
     """Chooses victims. The cache calls the hooks; ``next_victim`` yields (node, component)
     pairs to evict, best first, until the cache has freed enough; it must skip pinned
     entries."""
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own_abc_caches(cls)
+
     _context: EvictionContext | None = None
     #: whether a request's lock on its published prompt also pins the state there (the
     #: request itself never reads that state again)
     pins_published_state: bool = True
+
+    def __init__(self) -> None:
+        self._context = None
 
     def attach(self, context: EvictionContext) -> None:
         """Called once by the cache that owns this policy."""
@@ -120,3 +129,6 @@ class EvictionPolicy(ABC):
         """The session owning ``nodes`` ended (``context.is_live`` changed for them).
         Policies that do not rank by liveness ignore it."""
         return None
+
+
+own_abc_caches(EvictionPolicy)

@@ -35,6 +35,7 @@ class HeapEviction(EvictionPolicy):
     refresh_state_path: bool = True
 
     def __init__(self, *, session_aware: bool = False, pins_published_state: bool = True) -> None:
+        super().__init__()
         self.session_aware = session_aware
         self.pins_published_state = pins_published_state
         self._heaps: dict[str, list[Entry]] = {}

@@ -47,6 +47,7 @@ class MarconiEviction(EvictionPolicy):
     """One scan per eviction round ranks every candidate; the round evicts in that order."""
 
     def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
         self.alpha = alpha
         self._stamp: dict[Node, int] = {}
         self._ranked: list[tuple[Node, Component]] = []

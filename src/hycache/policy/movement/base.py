@@ -13,11 +13,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from hycache.compiled import mypyc_attr, own_abc_caches
 from hycache.tree.node import Node
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MovementPolicy(ABC):
     """Decides which device entries reach the host tier."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        own_abc_caches(cls)
 
     name: str = "base"
 
@@ -33,3 +39,6 @@ class MovementPolicy(ABC):
     def through(self, path: list[Node]) -> list[Node]:
         """Of a just-inserted ``path`` (root side first), the prefix copied to the host now."""
         return path if self.writes_through() else []
+
+
+own_abc_caches(MovementPolicy)
