@@ -20,9 +20,23 @@ integrity check raise ``IntegrityError`` (never ``assert``: ``python -O`` remove
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HycacheError(Exception):
-    """Base class of every error hycache raises on purpose."""
+    """Base class of every error hycache raises on purpose. Every one survives pickling (a
+    replay in a worker process raises it in the parent unchanged)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(vars(self)))
+
+
+def _rebuild(cls: type[HycacheError], args: tuple[Any, ...], fields: dict[str, Any]) -> Any:
+    """Unpickle an error whose constructor takes other arguments than its message."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
 
 
 class ConfigError(HycacheError):

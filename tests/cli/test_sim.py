@@ -90,6 +90,8 @@ def test_bad_inputs_exit_2_without_partial_outputs(
     small = ["simulate", "--workload", "agent", "--requests", "5", "--model", MODEL]
     assert main([*small, "--capacity", "1GB", "--set", "vllm.bogus=1"]) == 2
     assert "vllm.bogus" in capsys.readouterr().err
+    assert main([*small, "--capacity", "1GB", "--jobs", "0"]) == 2
+    assert "--jobs" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["simulate", "compare"])

@@ -1,4 +1,5 @@
-"""Sweep cells (one preset at one capacity each): serial, and on Ray with the same tables."""
+"""Sweep cells (one preset at one capacity each): serial, in local processes and on Ray, with
+the same results."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hycache.cli.main import main
-from hycache.errors import ConfigError
-from hycache.sim.cells import Cell, Parallel, run_cells
+from hycache.errors import CapacityError, ConfigError
+from hycache.sim.cells import Cell, Parallel, Processes, run_cells
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.simulate import SimulationConfig, simulate
@@ -49,6 +50,41 @@ def test_serial_cells_are_simulate_per_capacity() -> None:
         run_cells(config, source, [cells[0], cells[0]])
 
 
+def _without_wall(results: dict[Cell, object]) -> dict[Cell, object]:
+    return {cell: dataclasses.replace(r, wall_s=0.0) for cell, r in results.items()}  # type: ignore[type-var]
+
+
+def test_cells_in_processes_give_the_serial_results_in_order() -> None:
+    config = _config()
+
+    def source():  # type: ignore[no-untyped-def]
+        return generate("agent", requests=30, seed=1)
+
+    cells = [Cell(c, p) for c in (2 * 10**9, 6 * 10**9) for p in POLICIES]
+    serial = run_cells(config, source, cells)
+    forked = run_cells(config, source, cells, parallel=Processes(2))
+    assert list(forked) == cells
+    assert _without_wall(forked) == _without_wall(serial)  # type: ignore[arg-type]
+    assert len({r.token_hit_rate for r in serial.values()}) > 1  # the cells differ
+
+
+def test_a_failing_cell_raises_its_typed_error_in_the_parent() -> None:
+    spec = load_spec("qwen3-next-80b-a3b")
+    config = SimulationConfig(spec, CostModel(spec, hardware("h200")))  # oversized: an error
+
+    def source():  # type: ignore[no-untyped-def]
+        return generate("chat", requests=5, seed=0)
+
+    cells = [Cell(10**6, "vllm"), Cell(10**6, "hycache")]
+    with pytest.raises(CapacityError) as serial:
+        run_cells(config, source, cells)
+    with pytest.raises(CapacityError) as forked:
+        run_cells(config, source, cells, parallel=Processes(2))
+    assert str(forked.value) == str(serial.value)
+    with pytest.raises(ConfigError, match="jobs must be >= 1"):
+        Processes(0)
+
+
 def test_parallel_without_ray_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ConfigError, match=r"needs Ray: pip install 'hycache\[ray\]'"):
@@ -60,28 +96,41 @@ def _masked(text: str) -> str:
     return re.sub(r" +[0-9.]+$", "", text, flags=re.MULTILINE).replace("  wall_s", "")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the 'ray' extra")
-def test_parallel_and_serial_runs_print_identical_tables(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _compare(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run: str, extra: list[str]
+) -> tuple[str, object]:
+    """``hycache compare`` on the first 200 Mooncake requests: the text and the JSON (wall
+    times dropped)."""
     args = ["compare", "--trace", str(TRACE), "--requests", "200"]
     args += ["--model", "qwen3-next-80b-a3b", "--capacities", "5%,20%"]
-    outputs = {}
+    out = tmp_path / f"{run}.json"
+    assert main([*args, *extra, "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    for capacity in data["capacities"].values():
+        for result in capacity["policies"].values():
+            result.pop("wall_s")
+    text = capsys.readouterr().out
+    assert _masked(text).count("\nhycache ") == 2  # a table per capacity
+    return _masked(text), data
+
+
+@pytest.mark.slow
+def test_local_processes_and_serial_runs_print_identical_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    serial = _compare(tmp_path, capsys, "serial", ["--jobs", "1"])
+    assert _compare(tmp_path, capsys, "forked", ["--jobs", "2"]) == serial
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the 'ray' extra")
+def test_ray_and_serial_runs_print_identical_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     try:
-        for run, extra in (("serial", []), ("ray", ["--parallel"])):
-            out = tmp_path / f"{run}.json"
-            assert main([*args, *extra, "--json", str(out)]) == 0
-            outputs[run] = (capsys.readouterr().out, json.loads(out.read_text()))
+        serial = _compare(tmp_path, capsys, "serial", ["--jobs", "1"])
+        assert _compare(tmp_path, capsys, "ray", ["--parallel"]) == serial
     finally:
         import ray
 
         ray.shutdown()
-    (serial_text, serial_json), (ray_text, ray_json) = outputs["serial"], outputs["ray"]
-    assert _masked(serial_text) == _masked(ray_text)
-    assert _masked(serial_text).count("\nhycache ") == 2  # a table per capacity
-    for data in (serial_json, ray_json):
-        for capacity in data["capacities"].values():
-            for result in capacity["policies"].values():
-                result.pop("wall_s")
-    assert serial_json == ray_json

@@ -31,7 +31,7 @@ from hycache.cli.output import check_distinct, output_arg, write_atomically
 from hycache.cli.sizes import Size, format_bytes, size_arg, sizes_arg
 from hycache.errors import ConfigError, InputError
 from hycache.policy.movement.registry import MOVEMENT_POLICIES
-from hycache.sim.cells import Cell, Parallel, run_cells
+from hycache.sim.cells import Cell, Parallel, Processes, run_cells, usable_cores
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS
 from hycache.sim.hardware import hardware
@@ -109,10 +109,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=output_arg, help="write a self-contained HTML report")
     parser.add_argument("--progress", action="store_true", help="force progress bars")
     parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        help="run the replays (one per preset and capacity) in up to N forked local processes "
+        "(default: one per usable core; 1: in this process); the results are the serial run's",
+    )
+    parser.add_argument(
         "--parallel",
         action="store_true",
-        help="run the replays (one per preset and capacity) as Ray tasks on a local Ray, one "
-        "per core; the results are the serial run's (needs the 'ray' extra)",
+        help="run the replays as Ray tasks on a local Ray, one per core, instead of local "
+        "processes; the results are the serial run's (needs the 'ray' extra)",
     )
     parser.add_argument(
         "--ray-address",
@@ -330,8 +337,13 @@ def _sweep(
     capacities: Sequence[int],
     total: int,
 ) -> dict[int, dict[str, PolicyResult]]:
-    """Every preset at every capacity, serial or on Ray (``--parallel``, ``--ray-address``)."""
-    parallel = Parallel(args.ray_address) if args.parallel or args.ray_address else None
+    """Every preset at every capacity: in local processes (``--jobs``), in this one
+    (``--jobs 1``) or on Ray (``--parallel``, ``--ray-address``)."""
+    parallel: Parallel | Processes
+    if args.parallel or args.ray_address:
+        parallel = Parallel(args.ray_address)
+    else:
+        parallel = Processes(usable_cores() if args.jobs is None else args.jobs)
     cells = [Cell(c, p) for c in capacities for p in args.policy]
     results = run_cells(config, source, cells, total=total, parallel=parallel)
     return {c: {p: results[Cell(c, p)] for p in args.policy} for c in capacities}

@@ -1,24 +1,31 @@
-"""Running the cells of a sweep (one preset at one capacity each): in order, or on Ray.
+"""Running the cells of a sweep (one preset at one capacity each): in order, in local processes,
+or on Ray.
 
 A cell's replay builds its own cache from the config, the source and its capacity alone, so the
 cells are independent and their results do not depend on where or in which order they run:
 :func:`run_cells` gives the serial run's results (every field but ``wall_s``) whether it runs
-them here one after the other or as Ray tasks. With Ray the source and the config are put in
-the object store once (a parsed trace is a few arrays) and every task replays from them;
-``address=None`` starts a local Ray (``ray.init()``, one task per core), an address joins an
-existing cluster, whose workers must import the same hycache (installed there, or on their
-``PYTHONPATH`` when the cluster was started). Progress (``hycache.sim.progress``): one bar per
-replay when serial, one bar over the cells on Ray. Ray comes with the ``ray`` extra.
+them here one after the other, in forked local processes (:class:`Processes`) or as Ray tasks.
+Forked workers inherit the config and the source (a parsed trace is shared copy-on-write, not
+sent); they take the cells that bootstrap first (Marconi's alpha, hycache's tuning), which
+only shortens the run. Where ``fork`` is not available the cells run in order. With Ray the
+source and the config are put in the object store once (a parsed trace is a few arrays) and
+every task replays from them; ``address=None`` starts a local Ray (``ray.init()``, one task
+per core), an address joins an existing cluster, whose workers must import the same hycache
+(installed there, or on their ``PYTHONPATH`` when the cluster was started). Progress
+(``hycache.sim.progress``): one bar per replay when serial, one bar over the cells otherwise.
+Ray comes with the ``ray`` extra.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hycache.errors import ConfigError
+from hycache.errors import ConfigError, IntegrityError
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
 from hycache.sim.simulate import SimulationConfig, Source, run_policy
@@ -42,6 +49,24 @@ class Parallel:
     address: str | None = None
 
 
+@dataclass(frozen=True)
+class Processes:
+    """Run cells in up to ``jobs`` forked local processes (one cell each at a time)."""
+
+    jobs: int
+
+    def __post_init__(self) -> None:
+        if self.jobs < 1:
+            raise ConfigError(f"jobs must be >= 1, got {self.jobs}")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the platform tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def _ray() -> Any:
     try:
         import ray
@@ -63,14 +88,77 @@ def run_cells(
     cells: Sequence[Cell],
     *,
     total: int | None = None,
-    parallel: Parallel | None = None,
+    parallel: Parallel | Processes | None = None,
 ) -> dict[Cell, PolicyResult]:
     """Every cell's result, in the order of ``cells``; serial unless ``parallel``."""
     if len(set(cells)) != len(cells):
         raise ConfigError("a sweep lists the same cell twice")
-    if parallel is None:
+    if isinstance(parallel, Parallel):
+        return _on_ray(config, source, cells, total, parallel)
+    workers = 1 if parallel is None else min(parallel.jobs, len(cells))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return {cell: _run_cell(config, source, cell, total) for cell in cells}
-    return _on_ray(config, source, cells, total, parallel)
+    return _in_processes(config, source, cells, total, workers)
+
+
+#: what a forked worker replays from: set once in each worker by ``_adopt``
+_INHERITED: list[tuple[SimulationConfig, Source, int | None]] = []
+
+
+def _adopt(config: SimulationConfig, source: Source, total: int | None) -> None:
+    """A worker's initializer; under ``fork`` its arguments are inherited, not pickled."""
+    _INHERITED.append((config, source, total))
+
+
+def _run_inherited(cell: Cell) -> PolicyResult:
+    if len(_INHERITED) != 1:
+        raise IntegrityError(f"a worker holds {len(_INHERITED)} sources, not 1")
+    config, source, total = _INHERITED[0]
+    result: PolicyResult = _run_cell(config, source, cell, total)
+    return result
+
+
+def _bootstraps_first(cells: Sequence[Cell]) -> list[Cell]:
+    """``cells``, those whose preset replays a bootstrap window before its run first."""
+    return sorted(cells, key=lambda cell: cell.policy not in ("marconi", "hycache"))
+
+
+def _in_processes(
+    config: SimulationConfig,
+    source: Source,
+    cells: Sequence[Cell],
+    total: int | None,
+    workers: int,
+) -> dict[Cell, PolicyResult]:
+    quiet = replace(config, progress=False)
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_adopt,
+        initargs=(quiet, source, total),
+    )
+    with pool:
+        futures = {pool.submit(_run_inherited, cell): cell for cell in _bootstraps_first(cells)}
+        results = _collect(futures, config.progress, len(cells))
+    return {cell: results[cell] for cell in cells}
+
+
+def _collect(
+    futures: dict[Future[PolicyResult], Cell], progress: bool | None, count: int
+) -> dict[Cell, PolicyResult]:
+    """The finished cells' results, one progress bar over them."""
+    results: dict[Cell, PolicyResult] = {}
+    bar = Progress(count, "cells", enabled=progress, unit="cell")
+    try:
+        done: Iterable[Future[PolicyResult]] = as_completed(futures)
+        for future in done:
+            cell = futures[future]
+            results[cell] = future.result()
+            bar.note(f"{cell.policy} {cell.capacity / 1e9:.2f} GB")
+            bar.advance()
+    finally:
+        bar.close()
+    return results
 
 
 def _on_ray(
@@ -84,7 +172,7 @@ def _on_ray(
     if not ray.is_initialized():
         if parallel.address is None:
             ray.init(
-                num_cpus=os.cpu_count() or 1,
+                num_cpus=usable_cores(),
                 object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                 include_dashboard=False,
                 log_to_driver=False,
@@ -94,18 +182,6 @@ def _on_ray(
     quiet = replace(config, progress=False)
     config_ref, source_ref = ray.put(quiet), ray.put(source)
     task = ray.remote(num_cpus=1)(_run_cell)
-    refs = {task.remote(config_ref, source_ref, cell, total): cell for cell in cells}
-    results: dict[Cell, PolicyResult] = {}
-    bar = Progress(len(cells), "cells", enabled=config.progress, unit="cell")
-    pending = list(refs)
-    try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                cell = refs[ref]
-                results[cell] = ray.get(ref)
-                bar.note(f"{cell.policy} {cell.capacity / 1e9:.2f} GB")
-                bar.advance()
-    finally:
-        bar.close()
+    futures = {task.remote(config_ref, source_ref, cell, total).future(): cell for cell in cells}
+    results = _collect(futures, config.progress, len(cells))
     return {cell: results[cell] for cell in cells}
