@@ -38,7 +38,7 @@ def test_the_margin_is_a_parameter() -> None:
 def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[float] = []
 
-    def spy(replay, candidates=CANDIDATES, margin=MARGIN):  # type: ignore[no-untyped-def]
+    def spy(replay, candidates=CANDIDATES, margin=MARGIN, **_):  # type: ignore[no-untyped-def]
         seen.append(margin)
         return candidates[0], [0.0] * len(candidates)
 
@@ -75,7 +75,7 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
         windows.append((sum(1 for _ in window()), whole))
         return window, whole
 
-    def blind(replay, candidates=CANDIDATES, margin=MARGIN):  # type: ignore[no-untyped-def]
+    def blind(replay, candidates=CANDIDATES, margin=MARGIN, **_):  # type: ignore[no-untyped-def]
         return candidates[0], [0.0] * len(candidates)
 
     monkeypatch.setattr(simulate, "_bootstrap_window", recorded)
@@ -95,8 +95,8 @@ def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.Monke
     calls: list[list[float]] = []
     real = simulate.tune_knobs
 
-    def counted(replay, candidates=CANDIDATES, margin=MARGIN):  # type: ignore[no-untyped-def]
-        chosen, scores = real(replay, candidates, margin)
+    def counted(replay, candidates=CANDIDATES, margin=MARGIN, **kwargs):  # type: ignore[no-untyped-def]
+        chosen, scores = real(replay, candidates, margin, **kwargs)
         calls.append(scores)
         return chosen, scores
 

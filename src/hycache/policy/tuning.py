@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from hycache.policy.bootstrap import ScoreAll, in_order
+
 #: the candidates, best-first for ties: the defaults first
 CANDIDATES: tuple[Mapping[str, object], ...] = (
     {"eviction": "value", "adaptive": True},
@@ -31,11 +33,14 @@ def tune_knobs(
     replay: Callable[[Mapping[str, object]], float],
     candidates: Sequence[Mapping[str, object]] = CANDIDATES,
     margin: float = MARGIN,
+    *,
+    score_all: ScoreAll = in_order,
 ) -> tuple[Mapping[str, object], list[float]]:
     """``replay(knobs)`` replays the bootstrap window with those knobs and returns its score
     (higher is better). The first candidate wins unless another scores ``margin`` more.
-    Returns the winning knobs and every candidate's score, in ``candidates`` order."""
-    scores = [replay(knobs) for knobs in candidates]
+    Returns the winning knobs and every candidate's score, in ``candidates`` order.
+    ``score_all`` decides where the replays run (``hycache.policy.bootstrap``)."""
+    scores = score_all(replay, candidates)
     best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
     if scores[best] <= scores[0] * (1 + margin):
         best = 0

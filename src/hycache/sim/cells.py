@@ -7,7 +7,9 @@ cells are independent and their results do not depend on where or in which order
 them here one after the other, in forked local processes (:class:`Processes`) or as Ray tasks.
 Forked workers inherit the config and the source (a parsed trace is shared copy-on-write, not
 sent); they take the cells that bootstrap first (Marconi's alpha, hycache's tuning), which
-only shortens the run. Where ``fork`` is not available the cells run in order. With Ray the
+only shortens the run. A sweep of one cell runs here and gives the workers to its bootstrap
+replays instead (``hycache.sim.forked``). Where ``fork`` is not available the cells run in
+order. With Ray the
 source and the config are put in the object store once (a parsed trace is a few arrays) and
 every task replays from them; ``address=None`` starts a local Ray (``ray.init()``, one task
 per core), an address joins an existing cluster, whose workers must import the same hycache
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hycache.errors import ConfigError, IntegrityError
+from hycache.sim.forked import can_fork, forked_scorer
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
 from hycache.sim.simulate import SimulationConfig, Source, run_policy
@@ -95,8 +98,16 @@ def run_cells(
         raise ConfigError("a sweep lists the same cell twice")
     if isinstance(parallel, Parallel):
         return _on_ray(config, source, cells, total, parallel)
-    workers = 1 if parallel is None else min(parallel.jobs, len(cells))
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    jobs = 1 if parallel is None else parallel.jobs
+    if len(cells) == 1 and jobs > 1:
+        [cell] = cells  # one cell: its bootstrap replays get the workers
+        scorer = forked_scorer(jobs)
+        result = run_policy(
+            config, cell.policy, cell.capacity, source, total=total, score_all=scorer
+        )
+        return {cell: result}
+    workers = min(jobs, len(cells))
+    if workers <= 1 or not can_fork():
         return {cell: _run_cell(config, source, cell, total) for cell in cells}
     return _in_processes(config, source, cells, total, workers)
 

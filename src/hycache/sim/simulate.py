@@ -11,6 +11,7 @@ from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
 from hycache.cache.tierconfig import TierConfig
 from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
+from hycache.policy.bootstrap import ScoreAll, in_order
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
 from hycache.sim.cost import CostModel
@@ -105,7 +106,12 @@ def _bootstrap_window(
 
 
 def _tune_hycache(
-    config: SimulationConfig, capacity: int, source: Source, multiplier: int, margin: float
+    config: SimulationConfig,
+    capacity: int,
+    source: Source,
+    multiplier: int,
+    margin: float,
+    score_all: ScoreAll,
 ) -> Mapping[str, object]:
     """hycache's one-time choice (``hycache.policy.tuning``) on a bootstrap window of
     ``multiplier`` cache fills. A window in which no candidate reused a single token tells
@@ -125,7 +131,7 @@ def _tune_hycache(
             )
             return float(cache.stats().reused_tokens)
 
-        chosen, scores = tune_knobs(replay, margin=margin)
+        chosen, scores = tune_knobs(replay, margin=margin, score_all=score_all)
         if any(scores) or whole:
             return chosen
         multiplier *= 2
@@ -162,8 +168,11 @@ def run_policy(
     source: Source,
     *,
     total: int | None = None,
+    score_all: ScoreAll = in_order,
 ) -> PolicyResult:
-    """Replay ``source`` through one preset at ``capacity`` bytes."""
+    """Replay ``source`` through one preset at ``capacity`` bytes. ``score_all`` runs the
+    bootstrap replays (Marconi's alphas, hycache's candidates): here in order by default, in
+    forked processes with ``hycache.sim.forked.forked_scorer``; the result is the same."""
     knobs = preset_knobs(config, preset)
     extra: dict[str, object] = {}
     if preset == "marconi" and "alpha" not in knobs:
@@ -180,13 +189,20 @@ def run_policy(
                 session_idle_s=config.session_idle_s,
             ).prefill_flops_saved
 
-        best, _scores = tune_alpha(score)
+        best, _scores = tune_alpha(score, score_all=score_all)
         extra["alpha"] = best
     resolved = resolve_knobs(preset, knobs)
     if preset == "hycache" and resolved["tune"] and not {"eviction", "adaptive"} & set(knobs):
         multiplier = int(resolved["bootstrap_multiplier"] or 5)
         extra.update(
-            _tune_hycache(config, capacity, source, multiplier, float(resolved["tune_margin"] or 0))
+            _tune_hycache(
+                config,
+                capacity,
+                source,
+                multiplier,
+                float(resolved["tune_margin"] or 0),
+                score_all,
+            )
         )
     cache = _build(config, preset, capacity, extra)
     tiers = _tiers(config, preset, {**knobs, **extra})

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
 from hycache.errors import IntegrityError
+from hycache.policy.bootstrap import ScoreAll, in_order
 from hycache.policy.eviction.base import EvictionPolicy
 from hycache.tree.node import Node
 
@@ -181,11 +182,15 @@ class MarconiEviction(EvictionPolicy):
 
 
 def tune_alpha(
-    replay: Callable[[float], float], grid: Sequence[float] = ALPHA_GRID
+    replay: Callable[[float], float],
+    grid: Sequence[float] = ALPHA_GRID,
+    *,
+    score_all: ScoreAll = in_order,
 ) -> tuple[float, dict[float, float]]:
     """Marconi's one-time bootstrap: ``replay(alpha)`` replays the bootstrap window with that
     alpha and returns the FLOPs saved; the best alpha wins (ties: the smallest). Returns the
-    chosen alpha and every alpha's score."""
-    scores = {alpha: replay(alpha) for alpha in grid}
+    chosen alpha and every alpha's score. ``score_all`` decides where the replays run
+    (``hycache.policy.bootstrap``)."""
+    scores = dict(zip(grid, score_all(replay, grid), strict=True))
     best = max(scores, key=lambda a: (scores[a], -a))
     return best, scores
