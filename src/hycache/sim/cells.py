@@ -9,13 +9,12 @@ Forked workers inherit the config and the source (a parsed trace is shared copy-
 sent); they take the cells that bootstrap first (Marconi's alpha, hycache's tuning), which
 only shortens the run. A sweep of one cell runs here and gives the workers to its bootstrap
 replays instead (``hycache.sim.forked``). Where ``fork`` is not available the cells run in
-order. With Ray the
-source and the config are put in the object store once (a parsed trace is a few arrays) and
-every task replays from them; ``address=None`` starts a local Ray (``ray.init()``, one task
-per core), an address joins an existing cluster, whose workers must import the same hycache
-(installed there, or on their ``PYTHONPATH`` when the cluster was started). Progress
-(``hycache.sim.progress``): one bar per replay when serial, one bar over the cells otherwise.
-Ray comes with the ``ray`` extra.
+order. With Ray the source and the config are put in the object store once (a parsed trace
+is a few arrays) and every task replays from them; ``address=None`` starts a local Ray
+(``ray.init()``, one task per core), an address joins an existing cluster, whose workers must
+import the same hycache (installed there, or on their ``PYTHONPATH`` when the cluster was
+started). Progress (``hycache.sim.progress``): one bar per replay when serial, one bar over
+the cells otherwise. Ray comes with the ``ray`` extra.
 """
 
 from __future__ import annotations
