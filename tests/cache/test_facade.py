@@ -22,6 +22,7 @@ from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
 from hycache.cache.presets import build_cache
+from hycache.cache.stats import ReasonCounts
 from hycache.conformance.reference import GroupConfig, ReferenceCache
 from hycache.conformance.tree_target import build_components
 from hycache.errors import CacheUsageError, CapacityError, ConfigError
@@ -890,3 +891,32 @@ def test_publish_without_room_keeps_the_request_whole() -> None:
     cache.extend(lease, seq(9000, 4))
     cache.finish(lease)
     cache.check_integrity()
+
+
+def test_stats_count_checkpoints_by_reason_skipped_ones_included() -> None:
+    """A checkpoint that no state slot can be had for (the budget holds the working set and
+    less than one more state) is skipped and counted under its reason; stored states and the
+    hits that resume from them are counted under theirs."""
+    spec = tiny_spec()
+    probe = direct_cache(spec)
+    lease = probe.admit(seq(0, 100), max_new_tokens=28)
+    assert isinstance(lease, Lease)
+    working = probe.usage().used_bytes
+    probe.abort(lease)
+    tight = direct_cache(spec, budget=working + spec.state_bytes - 1)
+    lease = tight.admit(seq(0, 100), max_new_tokens=28)
+    assert isinstance(lease, Lease)
+    assert tight.record_checkpoint(lease, 96, "prompt_end") is None
+    tight.abort(lease)
+    stats = tight.stats()
+    assert stats.checkpoints_skipped == 1
+    assert stats.reasons["prompt_end"] == ReasonCounts(inserted=0, hits=0, skipped=1)
+    roomy = direct_cache(spec)
+    first = run(roomy, seq(0, 100), max_new=28)
+    output = seq(900_000 + first.request_id * 1000, 28)  # what ``run`` decoded
+    again = run(roomy, [*seq(0, 100), *output, *seq(7000, 10)])
+    assert again.hit == 128  # resumed from the end of the first request
+    stats = roomy.stats()
+    assert stats.reasons["final"].hits == 1 and stats.reasons["final"].inserted >= 1
+    assert sum(c.inserted for c in stats.reasons.values()) == stats.states_inserted
+    assert sum(c.skipped for c in stats.reasons.values()) == stats.checkpoints_skipped == 0

@@ -197,3 +197,32 @@ def test_dtype_overrides_a_config_and_is_refused_for_a_named_spec(
     named = ["simulate", "--workload", "chat", "--model", MODEL, "--capacity", "1GB"]
     assert main([*named, "--dtype", "float32"]) == 2
     assert "keeps its dtype" in capsys.readouterr().err
+
+
+def test_reasons_prints_checkpoints_by_reason_and_json_always_has_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--reasons`` adds a table per capacity: per preset and checkpoint reason, states
+    stored, hits and skipped; the JSON carries the same counts with or without it."""
+    out = tmp_path / "r.json"
+    args = ["simulate", "--workload", "docqa", "--requests", "60", "--model", MODEL]
+    args += ["--capacity", "20%", "--mode", "engine", "--json", str(out)]
+    args += ["--policy", "vllm,marconi,hycache"]  # 20% holds no docqa request under sglang
+    assert main(args) == 0
+    assert "checkpoints by reason" not in capsys.readouterr().out
+    plain = json.loads(out.read_text())
+    assert main([*args, "--reasons"]) == 0
+    text = capsys.readouterr().out
+    head = text.index("checkpoints by reason")
+    header = text[head:].splitlines()[1].split()
+    assert header == ["policy", "reason", "stored", "hits", "hits/stored", "skipped"]
+    data = json.loads(out.read_text())
+    for name, result in data["policies"].items():
+        reasons = result["checkpoint_reasons"]
+        assert reasons == plain["policies"][name]["checkpoint_reasons"]
+        assert sum(r["inserted"] for r in reasons.values()) == result["states_inserted"]
+        for reason, counts in reasons.items():
+            assert set(counts) == {"inserted", "hits", "skipped"}
+            assert f"\n{name} " in text[head:] and f" {reason} " in text[head:]
+    hycache = data["policies"]["hycache"]["checkpoint_reasons"]
+    assert sum(r["hits"] for r in hycache.values()) > 0

@@ -251,6 +251,9 @@ def test_metrics_parse_and_show_the_sparse_checkpoint_signature(sglang_served: S
     assert samples[("hycache:request_prefill_tokens_count", ())] >= 9
     assert ("hycache:cache_usage_bytes", (("kind", "state"), ("tier", "device"))) in samples
     assert any(name == "hycache:checkpoints_total" for name, _ in samples)
+    resumed = sum(v for (name, _), v in samples.items() if name == "hycache:state_hits_total")
+    assert resumed >= 1  # later turns resumed from the state an earlier turn left
+    assert any(name == "hycache:checkpoints_skipped_total" for name, _ in samples)
     served.settle()
 
 

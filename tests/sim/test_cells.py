@@ -163,3 +163,15 @@ def test_one_cell_gives_its_bootstrap_the_workers(monkeypatch: pytest.MonkeyPatc
         "in_order",
         "forked_scorer.<locals>.score_all",
     ]
+
+
+def test_a_result_with_checkpoint_reasons_survives_pickling() -> None:
+    """Results cross processes with ``--jobs``; their per-reason counts must too (the compiled
+    build's frozen dataclasses refuse the default unpickling: ``tests/test_compiled.py``)."""
+    import pickle
+
+    def source():  # type: ignore[no-untyped-def]
+        return generate("docqa", requests=30, seed=1)
+
+    [result] = run_cells(_config(), source, [Cell(2 * 10**9, "hycache")]).values()
+    assert result.reasons and pickle.loads(pickle.dumps(result)) == result

@@ -55,6 +55,7 @@ LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS, *THRESHOLD_KNOBS, "keep_best", "tai
 def _strip(value: object) -> None:
     if isinstance(value, dict):
         value.pop("wall_s", None)
+        value.pop("checkpoint_reasons", None)  # reported since; the golden predates it
         knobs = value.get("knobs")
         if isinstance(knobs, dict):
             for name in TIER_KNOBS | LATER_KNOBS:

@@ -229,6 +229,7 @@ class HybridPrefixCache:
             return slot
         if self.accounting.ensure({"recurrent": 1}):
             self.counters.checkpoints_skipped += 1
+            self.counters.reason_skipped[reason] += 1
             return None
         slot = self.pool.alloc("recurrent", 1)[0]
         lease.checkpoints[position] = (slot, reason)

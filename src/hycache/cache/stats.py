@@ -34,8 +34,27 @@ class Counters:
     states_capped: int = 0
     reason_inserted: Counter[str] = field(default_factory=Counter)
     reason_hits: Counter[str] = field(default_factory=Counter)
+    reason_skipped: Counter[str] = field(default_factory=Counter)
     in_place_tokens: int = 0
     published_reused_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ReasonCounts:
+    """One checkpoint reason's states: stored in the cache, resumed from (a hit), and skipped
+    (planned, but no state slot could be had even after eviction)."""
+
+    inserted: int
+    hits: int
+    skipped: int
+
+    def as_json(self) -> dict[str, int]:
+        return {"inserted": self.inserted, "hits": self.hits, "skipped": self.skipped}
+
+    def __reduce__(self) -> tuple[type[ReasonCounts], tuple[int, int, int]]:
+        # by the constructor: the compiled build's frozen dataclasses refuse the default
+        # unpickling, which sets each field (results cross processes with ``--jobs``)
+        return ReasonCounts, (self.inserted, self.hits, self.skipped)
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,9 @@ class CacheStats:
     padding_waste_bytes: int
     in_place_tokens: int = 0
     published_reused_tokens: int = 0
+    #: per checkpoint reason (``PlanInput`` reasons: branch, tail, end, ...), what became of
+    #: its states; the skipped ones add up to ``checkpoints_skipped``
+    reasons: dict[str, ReasonCounts] = field(default_factory=dict)
 
     @property
     def token_hit_rate(self) -> float:
@@ -126,4 +148,10 @@ def snapshot(c: Counters, pool: MemoryPool, usage: MemoryUsage) -> CacheStats:
         padding_waste_bytes=pool.padding_waste_bytes(),
         in_place_tokens=c.in_place_tokens,
         published_reused_tokens=c.published_reused_tokens,
+        reasons={
+            reason: ReasonCounts(
+                c.reason_inserted[reason], c.reason_hits[reason], c.reason_skipped[reason]
+            )
+            for reason in sorted({*c.reason_inserted, *c.reason_hits, *c.reason_skipped})
+        },
     )

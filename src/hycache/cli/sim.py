@@ -36,7 +36,14 @@ from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS
 from hycache.sim.hardware import hardware
 from hycache.sim.metrics import PolicyResult
-from hycache.sim.report import disagg_table, rejected_notes, render_html, table, tier_table
+from hycache.sim.report import (
+    disagg_table,
+    reasons_table,
+    rejected_notes,
+    render_html,
+    table,
+    tier_table,
+)
 from hycache.sim.request import Request
 from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes, infinite_hit_rate
 from hycache.sim.trace_stats import trace_stats
@@ -108,6 +115,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=output_arg, help="write the results as JSON here")
     parser.add_argument("--report", type=output_arg, help="write a self-contained HTML report")
     parser.add_argument("--progress", action="store_true", help="force progress bars")
+    parser.add_argument(
+        "--reasons",
+        action="store_true",
+        help="also print, per preset and checkpoint reason, the states stored, resumed from and "
+        "skipped for lack of a state slot",
+    )
     parser.add_argument(
         "--jobs",
         type=positive_int,
@@ -349,12 +362,16 @@ def _sweep(
     return {c: {p: results[Cell(c, p)] for p in args.policy} for c in capacities}
 
 
-def _print_results(results: dict[str, PolicyResult]) -> None:
+def _print_results(results: dict[str, PolicyResult], *, reasons: bool = False) -> None:
     disagg = all(r.disagg is not None for r in results.values())
     print(disagg_table(results) if disagg else table(results))
     tiers = tier_table(results)
     if tiers is not None:
         print(tiers)
+    by_reason = reasons_table(results) if reasons else None
+    if by_reason is not None:
+        print("checkpoints by reason")
+        print(by_reason)
     for note in rejected_notes(results):
         print(f"note: {note}")
 
@@ -378,7 +395,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{label}, {args.model}, capacity {shown}, {args.mode} mode")
     if config.tiers is not None:
         print(_tier_line(config.tiers))
-    _print_results(results)
+    _print_results(results, reasons=args.reasons)
     _outputs(args, label, {capacity.nbytes: results}, [], lambda: infinite_hit_rate(config, source))
     return 0
 
@@ -403,7 +420,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results = by_capacity[capacity.nbytes]
         share = capacity.nbytes / footprint if footprint else 0.0
         print(f"\ncapacity {capacity.nbytes / 1e9:.2f} GB ({share:.0%} of footprint)")
-        _print_results(results)
+        _print_results(results, reasons=args.reasons)
     _outputs(args, label, by_capacity, notes, lambda: infinite_hit_rate(config, source))
     return 0
 

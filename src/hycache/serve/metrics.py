@@ -15,6 +15,10 @@ objects updated as requests end. Each server has its own registry.
 ``hycache:cache_budget_bytes{tier}``                 the cache's byte budget
 ``hycache:evictions_total{kind}``                    entries evicted per cache component
 ``hycache:checkpoints_total{reason}``                states stored, by the plan's reason
+``hycache:checkpoints_skipped_total{reason}``        planned states skipped: no state slot
+                                                     could be had, even after eviction
+``hycache:state_hits_total{reason}``                 requests resumed from a state, by the
+                                                     reason it was stored for
 ``hycache:num_requests_running`` / ``_waiting``      admitted / queued or waiting for memory
 ``hycache:sessions_active``, ``sessions_ended_total`` sessions tracked / ended after idling
 ``hycache:time_to_first_token_seconds``              histogram, submission to first token
@@ -115,6 +119,21 @@ class _CacheCollector(Collector):
         for reason, count in sorted(snap.checkpoints.items()):
             checkpoints.add_metric([reason], count)
         yield checkpoints
+        skipped = CounterMetricFamily(
+            "hycache:checkpoints_skipped",
+            "Planned states skipped for lack of a state slot, by checkpoint reason.",
+            labels=["reason"],
+        )
+        resumed = CounterMetricFamily(
+            "hycache:state_hits",
+            "Requests resumed from a cached state, by the reason it was stored for.",
+            labels=["reason"],
+        )
+        for reason, by_reason in s.reasons.items():
+            skipped.add_metric([reason], by_reason.skipped)
+            resumed.add_metric([reason], by_reason.hits)
+        yield skipped
+        yield resumed
         yield GaugeMetricFamily(
             "hycache:num_requests_running", "Requests admitted and running.", value=snap.running
         )

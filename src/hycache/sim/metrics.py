@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hycache.cache.stats import ReasonCounts
+
 
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0..100) by linear interpolation; 0.0 for no values."""
@@ -156,6 +158,8 @@ class PolicyResult:
     #: a ``disagg`` replay: the transfer and the decode instance; the fields above describe
     #: the prefill instance (its cache, hits and prefill work), TTFT the whole request
     disagg: DisaggStats | None = None
+    #: per checkpoint reason, its states stored, resumed from and skipped for memory
+    reasons: dict[str, ReasonCounts] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, object]:
         """The fields the ``--json`` report promises, plus context; with lower tiers also
@@ -205,4 +209,5 @@ class PolicyResult:
             "waits": self.waits,
             "rejected": self.rejected,
             "knobs": self.knobs,
+            "checkpoint_reasons": {r: c.as_json() for r, c in self.reasons.items()},
         }

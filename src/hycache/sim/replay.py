@@ -91,6 +91,7 @@ def policy_result(
         timeline=rec.closed_timeline(),
         ttft_samples=tuple(rec.ttft_s),
         tiers=cache.tier_stats(),
+        reasons=s.reasons,
     )
 
 

@@ -141,6 +141,18 @@ def tier_table(results: Mapping[str, PolicyResult]) -> str | None:
     return _render(rows)
 
 
+def reasons_table(results: Mapping[str, PolicyResult]) -> str | None:
+    """Per policy and checkpoint reason: states stored, resumed from (hits), hits per stored
+    state, and checkpoints skipped because no state slot could be had (None when no policy
+    stored or planned a state)."""
+    rows: list[tuple[str, ...]] = [("policy", "reason", "stored", "hits", "hits/stored", "skipped")]
+    for name, r in results.items():
+        for reason, c in r.reasons.items():
+            per = f"{c.hits / c.inserted:.2f}" if c.inserted else "-"
+            rows.append((name, reason, str(c.inserted), str(c.hits), per, str(c.skipped)))
+    return _render(rows) if len(rows) > 1 else None
+
+
 def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
     """One line per policy that served requests uncached because no cache of this capacity
     could ever hold them (``PolicyResult.rejected``); empty when none did."""
