@@ -103,7 +103,7 @@ class CacheStats:
     padding_waste_bytes: int
     in_place_tokens: int = 0
     published_reused_tokens: int = 0
-    #: per checkpoint reason (``PlanInput`` reasons: branch, tail, end, ...), what became of
+    #: per checkpoint reason (``branch``, ``tail``, ``final``, ...), what became of
     #: its states; the skipped ones add up to ``checkpoints_skipped``
     reasons: dict[str, ReasonCounts] = field(default_factory=dict)
 
