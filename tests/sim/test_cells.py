@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import pickle
 import re
 import sys
 from pathlib import Path
@@ -168,7 +169,6 @@ def test_one_cell_gives_its_bootstrap_the_workers(monkeypatch: pytest.MonkeyPatc
 def test_a_result_with_checkpoint_reasons_survives_pickling() -> None:
     """Results cross processes with ``--jobs``; their per-reason counts must too (the compiled
     build's frozen dataclasses refuse the default unpickling: ``tests/test_compiled.py``)."""
-    import pickle
 
     def source():  # type: ignore[no-untyped-def]
         return generate("docqa", requests=30, seed=1)

@@ -37,7 +37,7 @@ objects updated as requests end. Each server has its own registry.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -60,7 +60,6 @@ class CacheSnapshot:
     #: the cache's unit kinds (``full``, ``swa``, ``recurrent``): evictions of each are
     #: exported from the start, at 0
     kinds: tuple[str, ...] = ()
-    checkpoints: dict[str, int] = field(default_factory=dict)
     running: int = 0
     waiting: int = 0
     sessions_active: int = 0
@@ -111,29 +110,25 @@ class _CacheCollector(Collector):
         for kind, count in sorted(counts.items()):
             evictions.add_metric([kind], count)
         yield evictions
-        checkpoints = CounterMetricFamily(
-            "hycache:checkpoints",
-            "States stored in the cache, by checkpoint reason.",
-            labels=["reason"],
-        )
-        for reason, count in sorted(snap.checkpoints.items()):
-            checkpoints.add_metric([reason], count)
-        yield checkpoints
-        skipped = CounterMetricFamily(
-            "hycache:checkpoints_skipped",
-            "Planned states skipped for lack of a state slot, by checkpoint reason.",
-            labels=["reason"],
-        )
-        resumed = CounterMetricFamily(
-            "hycache:state_hits",
-            "Requests resumed from a cached state, by the reason it was stored for.",
-            labels=["reason"],
-        )
-        for reason, by_reason in s.reasons.items():
-            skipped.add_metric([reason], by_reason.skipped)
-            resumed.add_metric([reason], by_reason.hits)
-        yield skipped
-        yield resumed
+        by_reason = {
+            name: CounterMetricFamily(f"hycache:{name}", text, labels=["reason"])
+            for name, text in (
+                ("checkpoints", "States stored in the cache, by checkpoint reason."),
+                (
+                    "checkpoints_skipped",
+                    "Planned states skipped for lack of a state slot, by checkpoint reason.",
+                ),
+                (
+                    "state_hits",
+                    "Requests resumed from a cached state, by the reason it was stored for.",
+                ),
+            )
+        }
+        for reason, tally in s.reasons.items():
+            by_reason["checkpoints"].add_metric([reason], tally.inserted)
+            by_reason["checkpoints_skipped"].add_metric([reason], tally.skipped)
+            by_reason["state_hits"].add_metric([reason], tally.hits)
+        yield from by_reason.values()
         yield GaugeMetricFamily(
             "hycache:num_requests_running", "Requests admitted and running.", value=snap.running
         )

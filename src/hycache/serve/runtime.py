@@ -90,7 +90,6 @@ class Runtime:
             return CacheSnapshot(
                 stats=engine.cache.stats(),
                 kinds=tuple(engine.cache.pool.costs),
-                checkpoints=dict(engine.cache.counters.reason_inserted),
                 running=self.online.running(),
                 waiting=self.online.waiting() + self.online.queued,
                 sessions_active=self.sessions.active(),
