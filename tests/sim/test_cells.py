@@ -9,6 +9,7 @@ import json
 import pickle
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,24 @@ def test_a_failing_cell_raises_its_typed_error_in_the_parent() -> None:
     assert str(forked.value) == str(serial.value)
     with pytest.raises(ConfigError, match="jobs must be >= 1"):
         Processes(0)
+
+
+def test_the_first_failing_cell_in_order_raises_whichever_fails_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The serial run stops at the first failing cell: so does the error of a parallel one,
+    even when a later cell fails sooner."""
+    from hycache.sim import cells as cells_module
+
+    def failing(config, source, cell, total):  # type: ignore[no-untyped-def]
+        if cell.policy == "vllm":
+            time.sleep(0.5)
+        raise CapacityError(f"{cell.policy} failed")
+
+    monkeypatch.setattr(cells_module, "_run_cell", failing)  # inherited by the forked workers
+    cells = [Cell(10**9, "vllm"), Cell(10**9, "sglang"), Cell(10**9, "lru")]
+    with pytest.raises(CapacityError, match="vllm failed"):
+        run_cells(_config(), lambda: iter(()), cells, parallel=Processes(2))
 
 
 def test_parallel_without_ray_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:

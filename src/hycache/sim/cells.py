@@ -149,25 +149,41 @@ def _in_processes(
     )
     with pool:
         futures = {pool.submit(_run_inherited, cell): cell for cell in _bootstraps_first(cells)}
-        results = _collect(futures, config.progress, len(cells))
+        results = _collect(futures, config.progress, cells)
     return {cell: results[cell] for cell in cells}
 
 
 def _collect(
-    futures: dict[Future[PolicyResult], Cell], progress: bool | None, count: int
+    futures: dict[Future[PolicyResult], Cell], progress: bool | None, cells: Sequence[Cell]
 ) -> dict[Cell, PolicyResult]:
-    """The finished cells' results, one progress bar over them."""
+    """The cells' results, one progress bar over them. Where cells fail, the error raised is
+    the one of the first failing cell in ``cells``' order, as the serial run's would be; the
+    cells after it that have not started are cancelled (their results could not be shown)."""
+    order = {cell: index for index, cell in enumerate(cells)}
     results: dict[Cell, PolicyResult] = {}
-    bar = Progress(count, "cells", enabled=progress, unit="cell")
+    failed: dict[Cell, Exception] = {}
+    bar = Progress(len(cells), "cells", enabled=progress, unit="cell")
     try:
         done: Iterable[Future[PolicyResult]] = as_completed(futures)
         for future in done:
             cell = futures[future]
-            results[cell] = future.result()
+            if future.cancelled():
+                continue
+            try:
+                results[cell] = future.result()
+            except Exception as exc:  # raised below, in the cells' order
+                failed[cell] = exc
+                first = min(order[c] for c in failed)
+                for other, other_cell in futures.items():
+                    if order[other_cell] > first:
+                        other.cancel()
+                continue
             bar.note(f"{cell.policy} {cell.capacity / 1e9:.2f} GB")
             bar.advance()
     finally:
         bar.close()
+    if failed:
+        raise failed[min(failed, key=order.__getitem__)]
     return results
 
 
@@ -193,5 +209,5 @@ def _on_ray(
     config_ref, source_ref = ray.put(quiet), ray.put(source)
     task = ray.remote(num_cpus=1)(_run_cell)
     futures = {task.remote(config_ref, source_ref, cell, total).future(): cell for cell in cells}
-    results = _collect(futures, config.progress, len(cells))
+    results = _collect(futures, config.progress, cells)
     return {cell: results[cell] for cell in cells}
