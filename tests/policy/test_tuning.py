@@ -71,9 +71,10 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
     real_window = simulate._bootstrap_window
 
     def recorded(source, spec, capacity, multiplier):  # type: ignore[no-untyped-def]
-        window, whole = real_window(source, spec, capacity, multiplier)
-        windows.append((sum(1 for _ in window()), whole))
-        return window, whole
+        window = real_window(source, spec, capacity, multiplier)
+        windows.append((sum(1 for _ in window.requests()), window.whole))
+        assert window.count == windows[-1][0]
+        return window
 
     def blind(replay, candidates=CANDIDATES, margin=MARGIN, **_):  # type: ignore[no-untyped-def]
         return candidates[0], [0.0] * len(candidates)

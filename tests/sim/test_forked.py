@@ -35,10 +35,24 @@ def test_scores_come_back_in_order_and_equal_the_serial_ones() -> None:
     assert forked_scorer(2)(replay, candidates) == [9.5, 1.5, 4.5, 0.5, 25.5]
 
 
-def test_the_replays_run_in_other_processes() -> None:
-    parent = os.getpid()
+def test_this_process_replays_the_first_candidate_and_every_workers_th() -> None:
+    parent = float(os.getpid())
     pids = forked_scorer(2)(lambda _x: float(os.getpid()), [0, 1, 2, 3])
-    assert parent not in pids
+    assert pids[0] == pids[2] == parent
+    assert parent not in (pids[1], pids[3])
+    pids = forked_scorer(3)(lambda _x: float(os.getpid()), [0, 1, 2, 3, 4])
+    assert [pid == parent for pid in pids] == [True, False, False, True, False]
+
+
+def test_what_this_process_replays_stays_here() -> None:
+    kept: list[float] = []
+
+    def replay(x: float) -> float:
+        kept.append(x)
+        return x
+
+    assert forked_scorer(2)(replay, [4.0, 5.0, 6.0]) == [4.0, 5.0, 6.0]
+    assert kept == [4.0, 6.0]
 
 
 def test_one_worker_or_no_fork_replays_here(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,6 +71,11 @@ def test_a_failing_replay_raises_its_typed_error_here() -> None:
 
     with pytest.raises(CapacityError, match="candidate 2 does not fit"):
         forked_scorer(2)(replay, [0, 1, 2])
+    # the first failure in the candidates' order, wherever it ran (3 here, 4 in a worker)
+    with pytest.raises(CapacityError, match="candidate 3 does not fit"):
+        forked_scorer(2)(replay, [0, 3, 4])
+    with pytest.raises(CapacityError, match="candidate 3 does not fit"):
+        forked_scorer(2)(replay, [3, 4, 0])
     with pytest.raises(ConfigError, match="workers must be >= 1"):
         forked_scorer(0)
 

@@ -18,7 +18,8 @@ from hycache.sim.plots import (
     occupancy_figure,
     ttft_cdf_figure,
 )
-from hycache.sim.replay import replay_engine, replay_serial
+from hycache.sim.replay import replay_engine
+from hycache.sim.serial import replay_serial
 from hycache.sim.workloads import generate
 from hycache.spec.model import load_spec
 

@@ -9,8 +9,9 @@ from hycache.cache.lease import Lease
 from hycache.cache.presets import build_cache
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
-from hycache.sim.replay import _Flight, replay_engine, replay_serial
+from hycache.sim.replay import _Flight, replay_engine
 from hycache.sim.request import Request
+from hycache.sim.serial import replay_serial
 from hycache.spec.model import ModelSpec, RecurrentGroup, load_spec
 
 

@@ -11,8 +11,9 @@ from hycache.cache.presets import build_cache
 from hycache.errors import ConfigError
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
-from hycache.sim.replay import replay_engine, replay_serial
+from hycache.sim.replay import replay_engine
 from hycache.sim.request import Request
+from hycache.sim.serial import replay_serial
 from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
 from hycache.sim.simulate import SimulationConfig
 from hycache.spec.model import load_spec

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -210,12 +211,9 @@ def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
         path = str(args.trace)
         if not Path(path).is_file():
             raise InputError(path, "no such trace file")
-        from hycache.sim.trace_cache import default_cache_dir, load_trace  # needs numpy
+        from hycache.sim.trace_cache import load_trace  # needs numpy
 
-        cache: str | Path | None = args.trace_cache or default_cache_dir()
-        if str(cache).strip().lower() == "none":
-            cache = None
-        parsed = load_trace(path, limit=args.requests, cache_dir=cache)
+        parsed = load_trace(path, limit=args.requests, cache_dir=_trace_cache_dir(args))
         return parsed, len(parsed), Path(path).name
     if args.trace_cache is not None:
         raise ConfigError("--trace-cache applies to --trace only")
@@ -224,6 +222,32 @@ def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
     seed = 0 if args.seed is None else args.seed
     list(generate(name, requests=1, seed=seed))  # fail fast on an unknown name
     return (lambda: generate(name, requests=n, seed=seed)), n, f"workload {name} (seed {seed})"
+
+
+def _trace_cache_dir(args: argparse.Namespace) -> str | Path | None:
+    """Where parsed traces are kept (None: nowhere, ``--trace-cache none``)."""
+    from hycache.sim.trace_cache import default_cache_dir  # needs numpy
+
+    cache: str | Path = args.trace_cache or default_cache_dir()
+    return None if str(cache).strip().lower() == "none" else cache
+
+
+def _footprint(args: argparse.Namespace, config: SimulationConfig, source: Source) -> int:
+    """The source's unlimited footprint (``hycache.sim.simulate.footprint_bytes``); a trace's
+    is kept beside its parsed arrays, per model (``hycache.sim.trace_cache.cached_derived``)."""
+    cache = _trace_cache_dir(args) if args.trace else None
+    if cache is None:
+        return footprint_bytes(config, source)
+    from hycache.sim.trace_cache import cached_derived  # needs numpy
+
+    spec = hashlib.sha256(repr(config.spec).encode()).hexdigest()
+    return cached_derived(
+        args.trace,
+        f"footprint:{spec}",
+        lambda: footprint_bytes(config, source),
+        cache_dir=cache,
+        limit=args.requests,
+    )
 
 
 def _config(args: argparse.Namespace) -> SimulationConfig:
@@ -380,7 +404,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     config = _config(args)
     source, total, label = make_source(args)
     size: Size = args.capacity
-    footprint = footprint_bytes(config, source) if _relative(args) else None
+    footprint = _footprint(args, config, source) if _relative(args) else None
     [capacity] = _capacities(config, source, [size], footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
     decode: Capacity | None = None
@@ -410,7 +434,7 @@ def _shown(capacity: Capacity, footprint: int | None) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     config = _config(args)
     source, total, label = make_source(args)
-    footprint = footprint_bytes(config, source)
+    footprint = _footprint(args, config, source)
     capacities = _capacities(config, source, args.capacities, footprint, label, args.policy)
     config = _with_tiers(args, config, footprint)
     notes = [f"unlimited footprint (all KV + branch and end states): {footprint / 1e9:.2f} GB"]

@@ -1,9 +1,5 @@
-"""Replaying requests through a ``HybridPrefixCache``: ``serial`` and ``engine`` modes.
-
-``serial`` (Marconi's simulator semantics): each request looks up, then its input and output
-are inserted at once; logical time; TTFT = the prefill time of the non-reused tokens alone. No
-prefill runs, so cutting one costs nothing: states are planned at their exact positions, not
-on the recurrent kernel's grid (``admit(kernel_grid=False)``).
+"""Replaying requests through a ``HybridPrefixCache`` in ``engine`` mode, and the accounting
+both modes share (``serial`` mode: ``hycache.sim.serial``).
 
 ``engine``: a discrete-event model of one serving instance. Requests arrive at their trace
 times and wait in FIFO order; a step admits what memory allows, decodes one token for every
@@ -127,64 +123,6 @@ def account_prefill(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> No
     spec = cache.spec
     rec.flops_saved += spec.prefill_flops(0, lease.hit)
     rec.prefill_flops += spec.prefill_flops(lease.hit, lease.prompt_len - lease.hit)
-
-
-def replay_serial(
-    cache: HybridPrefixCache,
-    requests: Iterable[Request],
-    cost: CostModel,
-    *,
-    knobs: dict[str, object] | None = None,
-    tick: Tick | None = None,
-    timeline_every: int = 1,
-    reject_oversized: bool = False,
-    session_idle_s: float | None = DEFAULT_IDLE_S,
-    prefetch: Prefetch | None = None,
-) -> PolicyResult:
-    """Look up, then insert input and output at once, request after request. With tiers,
-    ``prefetch`` says what storage delivers (None: all of it, as it is loaded)."""
-    rec = Recorder()
-    start = time.perf_counter()
-    sessions = SessionClock(cache, session_idle_s)
-    for index, request in enumerate(requests):
-        now = request.arrival_s
-        sessions.advance(now)
-        sessions.begin(request.session, now)
-        try:
-            lease = cache.admit(
-                request.prompt,
-                max_new_tokens=request.output_len,
-                namespace=request.namespace,
-                session=request.session,
-                kernel_grid=False,  # nothing is prefilled: a state may sit anywhere
-                slow_tier_tokens=None if prefetch is None else prefetch.slow_limit(0.0),
-            )
-        except CapacityError:
-            if not reject_oversized:
-                raise
-            reject_uncached(cache, rec, request)
-            rec.ttft_s.append(cost.prefill_time(0, request.prompt_len))
-            sessions.end(request.session, now)
-            continue
-        if isinstance(lease, Wait):
-            raise IntegrityError("serial replay holds nothing in flight")
-        cache.record_planned(lease, up_to=request.prompt_len)
-        if request.output_len:
-            cache.extend(lease, request.output)
-            cache.record_planned(lease)
-        cache.finish(lease)
-        sessions.end(request.session, now)
-        account_prefill(cache, rec, lease)
-        ttft = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
-        if prefetch is not None:
-            ttft += prefetch.ttft_s(cost, lease, ttft, 0.0)
-        elif lease.loaded_bytes_by_tier:
-            ttft += cost.exposed_load(cost.load_time(lease.loaded_bytes_by_tier), ttft)
-        rec.ttft_s.append(ttft)
-        sample_usage(cache, rec, float(index), index % timeline_every == 0)
-        if tick is not None:
-            tick()
-    return policy_result(cache, rec, "serial", time.perf_counter() - start, knobs or {})
 
 
 #: ``_Flight.due_at`` once every planned checkpoint is recorded

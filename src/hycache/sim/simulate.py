@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -14,14 +15,16 @@ from hycache.errors import ConfigError
 from hycache.policy.bootstrap import ScoreAll, in_order
 from hycache.policy.eviction.marconi import tune_alpha
 from hycache.policy.tuning import tune_knobs
+from hycache.sim.carry import HeadReplays
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS, replay_disagg
 from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.prefetch import Prefetch
 from hycache.sim.progress import Progress
-from hycache.sim.replay import replay_engine, replay_serial
+from hycache.sim.replay import replay_engine
 from hycache.sim.request import Request
+from hycache.sim.serial import SerialReplay, replay_serial
 from hycache.sim.sessions import DEFAULT_IDLE_S
 from hycache.spec.model import ModelSpec
 
@@ -35,10 +38,11 @@ MODES = ("serial", "engine", "disagg")
 
 @runtime_checkable
 class PrefixSource(Protocol):
-    """A source whose first ``stop`` requests are cheap to read again (a parsed trace): the
-    bootstrap replays read their window from it instead of holding it in a list."""
+    """A source any stretch of which is cheap to read again (a parsed trace): the bootstrap
+    replays read their window from it instead of holding it in a list, and the winner's replay
+    carried on reads the rest."""
 
-    def head(self, stop: int) -> Iterator[Request]: ...
+    def window(self, start: int, stop: int) -> Iterator[Request]: ...
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,26 @@ class SimulationConfig:
             resolve_knobs(preset, values)
 
 
-def _bootstrap_window(
-    source: Source, spec: ModelSpec, capacity: int, multiplier: int
-) -> tuple[Source, bool]:
+@dataclass(frozen=True)
+class _Window:
+    """A bootstrap window: its first ``count`` requests of the source, as a source."""
+
+    requests: Source
+    count: int
+    #: whether that is all of the source
+    whole: bool
+
+
+def _rest(source: Source, start: int) -> Iterator[Request]:
+    """``source``'s requests after its first ``start``."""
+    if isinstance(source, PrefixSource):
+        return source.window(start, 1 << 62)
+    return itertools.islice(source(), start, None)
+
+
+def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> _Window:
     """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests, as a
-    source (a list, unless ``source`` is a :class:`PrefixSource`), and whether that is all of
-    ``source``."""
+    source (a list, unless ``source`` is a :class:`PrefixSource`)."""
     window: list[Request] = []
     keep = not isinstance(source, PrefixSource)
     count = 0
@@ -101,8 +119,19 @@ def _bootstrap_window(
     whole = fill_count is None or count < multiplier * fill_count
     if isinstance(source, PrefixSource):
         prefix = source
-        return (lambda: prefix.head(count)), whole
-    return (lambda: window), whole
+        return _Window(lambda: prefix.window(0, count), count, whole)
+    return _Window(lambda: window, count, whole)
+
+
+def _window_replay(
+    config: SimulationConfig, cache: HybridPrefixCache, window: _Window
+) -> SerialReplay:
+    """A bootstrap replay of ``window`` (requests no cache of this size holds are served
+    uncached and counted)."""
+    replay = SerialReplay(
+        cache, config.cost, reject_oversized=True, session_idle_s=config.session_idle_s
+    )
+    return replay.feed(window.requests())
 
 
 def _tune_hycache(
@@ -112,28 +141,28 @@ def _tune_hycache(
     multiplier: int,
     margin: float,
     score_all: ScoreAll,
-) -> Mapping[str, object]:
+) -> tuple[Mapping[str, object], HeadReplays[Mapping[str, object]]]:
     """hycache's one-time choice (``hycache.policy.tuning``) on a bootstrap window of
-    ``multiplier`` cache fills. A window in which no candidate reused a single token tells
-    them apart no better than a coin: it is doubled until some candidate reuses something or
-    it holds the whole source."""
+    ``multiplier`` cache fills, and the window replays that may be carried on. A window in
+    which no candidate reused a single token tells them apart no better than a coin: it is
+    doubled until some candidate reuses something or it holds the whole source."""
     while True:
-        window, whole = _bootstrap_window(source, config.spec, capacity, multiplier)
+        window = _bootstrap_window(source, config.spec, capacity, multiplier)
+        kept: HeadReplays[Mapping[str, object]] = HeadReplays(window.count)
 
-        def replay(choice: Mapping[str, object], window: Source = window) -> float:
-            cache = _build(config, "hycache", capacity, choice)
-            replay_serial(
-                cache,
-                window(),
-                config.cost,
-                reject_oversized=True,
-                session_idle_s=config.session_idle_s,
-            )
-            return float(cache.stats().reused_tokens)
+        def replay(
+            choice: Mapping[str, object],
+            window: _Window = window,
+            kept: HeadReplays[Mapping[str, object]] = kept,
+        ) -> float:
+            done = _window_replay(config, _build(config, "hycache", capacity, choice), window)
+            score = float(done.cache.stats().reused_tokens)
+            kept.offer(choice, score, done)
+            return score
 
         chosen, scores = tune_knobs(replay, margin=margin, score_all=score_all)
-        if any(scores) or whole:
-            return chosen
+        if any(scores) or window.whole:
+            return chosen, kept
         multiplier *= 2
 
 
@@ -175,52 +204,56 @@ def run_policy(
     forked processes with ``hycache.sim.forked.forked_scorer``; the result is the same."""
     knobs = preset_knobs(config, preset)
     extra: dict[str, object] = {}
+    carried: SerialReplay | None = None
     if preset == "marconi" and "alpha" not in knobs:
         multiplier = int(resolve_knobs("marconi", knobs)["bootstrap_multiplier"] or 5)
-        window, _ = _bootstrap_window(source, config.spec, capacity, multiplier)
+        window = _bootstrap_window(source, config.spec, capacity, multiplier)
+        alphas: HeadReplays[float] = HeadReplays(window.count)
 
         def score(alpha: float) -> float:
-            cache = _build(config, preset, capacity, {"alpha": alpha})
-            return replay_serial(
-                cache,
-                window(),
-                config.cost,
-                reject_oversized=True,
-                session_idle_s=config.session_idle_s,
-            ).prefill_flops_saved
+            done = _window_replay(
+                config, _build(config, preset, capacity, {"alpha": alpha}), window
+            )
+            saved = done.result().prefill_flops_saved
+            alphas.offer(alpha, saved, done)
+            return saved
 
         best, _scores = tune_alpha(score, score_all=score_all)
         extra["alpha"] = best
+        carried = alphas.winner(best)
     resolved = resolve_knobs(preset, knobs)
     if preset == "hycache" and resolved["tune"] and not {"eviction", "adaptive"} & set(knobs):
         multiplier = int(resolved["bootstrap_multiplier"] or 5)
-        extra.update(
-            _tune_hycache(
-                config,
-                capacity,
-                source,
-                multiplier,
-                float(resolved["tune_margin"] or 0),
-                score_all,
-            )
+        chosen, kept = _tune_hycache(
+            config,
+            capacity,
+            source,
+            multiplier,
+            float(resolved["tune_margin"] or 0),
+            score_all,
         )
-    cache = _build(config, preset, capacity, extra)
+        extra.update(chosen)
+        carried = kept.winner(chosen)
     tiers = _tiers(config, preset, {**knobs, **extra})
     prefetch = None if tiers is None else Prefetch.of(tiers, config.cost)
     shown: dict[str, object] = dict(resolve_knobs(preset, {**knobs, **extra}))
     bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
     try:
         if config.mode == "serial":
-            return replay_serial(
-                cache,
-                source(),
+            if carried is not None and _can_carry(config, carried):
+                carried.reject_oversized = config.reject_oversized
+                bar.advance(carried.served)
+                rest = _rest(source, carried.served)
+                return carried.feed(rest, bar.advance).result(shown)
+            replay = SerialReplay(
+                _build(config, preset, capacity, extra),
                 config.cost,
-                knobs=shown,
-                tick=bar.advance,
                 reject_oversized=config.reject_oversized,
                 session_idle_s=config.session_idle_s,
                 prefetch=prefetch,
             )
+            return replay.feed(source(), bar.advance).result(shown)
+        cache = _build(config, preset, capacity, extra)
         if config.mode == "disagg":
             decode = _build(config, preset, config.decode_capacity or capacity, extra)
             return replay_disagg(
@@ -248,6 +281,13 @@ def run_policy(
         )
     finally:
         bar.close()
+
+
+def _can_carry(config: SimulationConfig, replay: SerialReplay) -> bool:
+    """Whether the serial run under ``config`` starts exactly as the bootstrap ``replay`` did:
+    no tiers (a bootstrap replays without prefetch), and no request it served uncached that the
+    run must reject with its CapacityError instead."""
+    return config.tiers is None and (config.reject_oversized or replay.rejected == 0)
 
 
 def unlimited_replay(

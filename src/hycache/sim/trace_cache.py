@@ -9,17 +9,26 @@ copied one is not; an unreadable or damaged cache file counts as a miss. A malfo
 raises InputError as ``read_trace`` does, before any request is replayed, and leaves no cache
 file behind.
 
+:func:`cached_derived` keeps numbers derived from a trace (the simulator's unlimited footprint)
+beside its parsed arrays, in ``<same stem>.derived.json``, under the fingerprint of the code that
+derived them (:func:`code_fingerprint`): a value derived by another build of hycache is derived
+again, never read.
+
 :func:`default_cache_dir`: ``$HYCACHE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hycache/traces``,
 else ``~/.cache/hycache/traces``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -51,8 +60,55 @@ def content_hash(path: PathLike) -> str:
     return digest.hexdigest()
 
 
-def cache_name(digest: str, trace_format: str | None, limit: int | None) -> str:
-    return f"{digest}-{trace_format or 'auto'}-{'all' if limit is None else limit}-v{SCHEMA}.npz"
+def cache_name(
+    digest: str, trace_format: str | None, limit: int | None, suffix: str = ".npz"
+) -> str:
+    return (
+        f"{digest}-{trace_format or 'auto'}-{'all' if limit is None else limit}-v{SCHEMA}{suffix}"
+    )
+
+
+@functools.cache
+def code_fingerprint() -> str:
+    """SHA-256 over the paths and bytes of this build's modules (``.py`` and compiled)."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for file in sorted(package.rglob("*")):
+        if file.suffix in (".py", ".so", ".pyd") and file.is_file():
+            digest.update(file.relative_to(package).as_posix().encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def cached_derived(
+    path: PathLike,
+    key: str,
+    compute: Callable[[], int],
+    *,
+    cache_dir: PathLike,
+    limit: int | None = None,
+    trace_format: str | None = None,
+) -> int:
+    """``compute()``, an integer derived from the first ``limit`` requests of the trace at
+    ``path`` and from whatever ``key`` names, read from ``cache_dir`` when this build derived it
+    before (see the module docstring); written there otherwise (best effort, atomically)."""
+    name = cache_name(content_hash(path), trace_format, limit, ".derived.json")
+    target = Path(cache_dir) / name
+    code = code_fingerprint()
+    values: dict[str, int] = {}
+    try:
+        stored = json.loads(target.read_text(encoding="utf-8"))
+        if stored.get("code") == code and isinstance(stored.get("values"), dict):
+            values = {k: v for k, v in stored["values"].items() if type(v) is int}
+    except (OSError, ValueError, AttributeError):
+        pass  # missing or damaged: derive again
+    if key in values:
+        return values[key]
+    value = compute()
+    values[key] = value
+    text = json.dumps({"code": code, "values": values}, sort_keys=True)
+    _write_atomically(target, lambda handle: handle.write(text.encode()))
+    return value
 
 
 def load_trace(
@@ -85,14 +141,21 @@ def _read_cached(target: Path) -> ParsedTrace | None:
 
 def _write_cached(target: Path, parsed: ParsedTrace) -> None:
     """Best effort: a cache that cannot be written is skipped, the parse still counts."""
+    arrays = parsed.arrays()
+    _write_atomically(target, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # numpy's stub
+
+
+def _write_atomically(target: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """``write`` into a temporary file beside ``target``, then renamed over it; best effort: a
+    file that cannot be written is skipped."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".parsing-", suffix=".npz")
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".writing-", suffix=target.suffix)
     except OSError:
         return
     try:
         with os.fdopen(fd, "wb") as handle:
-            np.savez(handle, **parsed.arrays())  # type: ignore[arg-type]  # numpy's stub
+            write(handle)
         os.replace(temp, target)
     except OSError:
         Path(temp).unlink(missing_ok=True)

@@ -1,0 +1,114 @@
+"""A bootstrap's winning replay carried on to the end gives the result of a replay from the
+start, and is carried whenever it can be."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from hycache.cache.presets import build_cache
+from hycache.errors import CapacityError
+from hycache.sim import simulate as simulate_module
+from hycache.sim.carry import HeadReplays
+from hycache.sim.cost import CostModel
+from hycache.sim.hardware import hardware
+from hycache.sim.request import Request
+from hycache.sim.serial import SerialReplay
+from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
+from hycache.sim.workloads import generate
+from hycache.spec.model import load_spec
+
+SPEC = load_spec("qwen3-next-80b-a3b")
+COST = CostModel(SPEC, hardware("h200"))
+
+
+def _replay(served: int) -> SerialReplay:
+    replay = SerialReplay(build_cache(SPEC, 10**9, "vllm"), COST)
+    return replay.feed(generate("chat", requests=served, seed=0))
+
+
+def test_keeps_the_first_candidate_and_the_first_best() -> None:
+    replays = {name: _replay(3) for name in "abcd"}
+    kept: HeadReplays[str] = HeadReplays(3)
+    for name, score in zip("abcd", [1.0, 5.0, 5.0, 2.0], strict=True):
+        kept.offer(name, score, replays[name])
+    assert kept.winner("b") is replays["b"]
+    assert kept.winner("b") is None  # handed over once: nothing is kept after
+    for name, score in zip("abcd", [1.0, 5.0, 5.0, 2.0], strict=True):
+        kept.offer(name, score, replays[name])
+    assert kept.winner("a") is replays["a"]
+    for name, score in zip("abcd", [1.0, 5.0, 5.0, 2.0], strict=True):
+        kept.offer(name, score, replays[name])
+    assert kept.winner("c") is None  # tied with b but later: never a winner, not kept
+
+
+def test_a_replay_of_less_than_the_head_is_not_kept() -> None:
+    kept: HeadReplays[str] = HeadReplays(3)
+    kept.offer("a", 1.0, _replay(2))
+    assert kept.winner("a") is None
+
+
+def _config(**changes: object) -> SimulationConfig:
+    return dataclasses.replace(SimulationConfig(SPEC, COST, reject_oversized=True), **changes)
+
+
+def _carried(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, int]]:
+    """Records, for each run that could carry a replay on, whether it did and from where."""
+    seen: list[tuple[bool, int]] = []
+    real = simulate_module._can_carry
+
+    def spy(config: SimulationConfig, replay: SerialReplay) -> bool:
+        seen.append((real(config, replay), replay.served))
+        return seen[-1][0]
+
+    monkeypatch.setattr(simulate_module, "_can_carry", spy)
+    return seen
+
+
+@pytest.mark.parametrize("workload", ["chat", "docqa", "shared-prefix"])
+@pytest.mark.parametrize("preset", ["marconi", "hycache"])
+def test_carried_on_equals_replayed_from_the_start(
+    monkeypatch: pytest.MonkeyPatch, workload: str, preset: str
+) -> None:
+    config = _config()
+
+    def source() -> Iterator[Request]:
+        return generate(workload, requests=60, seed=1)
+
+    capacity = footprint_bytes(config, source) // 10
+    seen = _carried(monkeypatch)
+    carried = run_policy(config, preset, capacity, source)
+    [(did, head)] = seen
+    assert did and 0 < head <= 60
+    monkeypatch.setattr(simulate_module, "_can_carry", lambda _c, _r: False)
+    fresh = run_policy(config, preset, capacity, source)
+    assert dataclasses.replace(carried, wall_s=0.0) == dataclasses.replace(fresh, wall_s=0.0)
+
+
+def test_some_head_is_shorter_than_the_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parametrized test above covers carrying on from inside the source, not only from
+    its end."""
+    config = _config()
+
+    def source() -> Iterator[Request]:
+        return generate("chat", requests=60, seed=1)
+
+    seen = _carried(monkeypatch)
+    run_policy(config, "marconi", footprint_bytes(config, source) // 10, source)
+    assert seen[0][1] < 60
+
+
+def test_no_carry_where_the_run_starts_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request the bootstrap served uncached must still raise in a strict run."""
+    small = list(generate("chat", requests=30, seed=0))
+    huge = Request.of("huge", range(10**6, 10**6 + 400_000), [7, 8], arrival_s=0.5)
+    requests = [small[0], huge, *small[1:]]
+    seen = _carried(monkeypatch)
+    strict = _config(reject_oversized=False)
+    with pytest.raises(CapacityError):
+        run_policy(strict, "marconi", 2 * 10**9, lambda: iter(requests))
+    assert [did for did, _head in seen] == [False]
+    lenient = run_policy(_config(), "marconi", 2 * 10**9, lambda: iter(requests))
+    assert lenient.rejected == 1 and seen[-1][0]
