@@ -76,8 +76,9 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace-cache",
         default=None,
-        help="--trace only: keep parsed traces in this directory, keyed by the file's content "
-        "(default $HYCACHE_CACHE_DIR or ~/.cache/hycache/traces; 'none': parse every run)",
+        help="--trace only: keep parsed traces, and their unlimited footprints per model, in "
+        "this directory, keyed by the file's content (default $HYCACHE_CACHE_DIR or "
+        "~/.cache/hycache/traces; 'none': parse and measure every run)",
     )
     parser.add_argument(
         "--model", required=True, help="named spec (e.g. qwen3-next-80b-a3b) or a config.json"
