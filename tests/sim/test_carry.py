@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from hycache.sim.hardware import hardware
 from hycache.sim.request import Request
 from hycache.sim.serial import SerialReplay
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
+from hycache.sim.trace_cache import load_trace
 from hycache.sim.workloads import generate
 from hycache.spec.model import load_spec
 
@@ -112,3 +114,18 @@ def test_no_carry_where_the_run_starts_otherwise(monkeypatch: pytest.MonkeyPatch
     assert [did for did, _head in seen] == [False]
     lenient = run_policy(_config(), "marconi", 2 * 10**9, lambda: iter(requests))
     assert lenient.rejected == 1 and seen[-1][0]
+
+
+def test_a_parsed_trace_is_carried_on_from_inside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parsed trace reads its rest from its arrays (``window``), not by skipping the head."""
+    trace = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_synthetic.jsonl.gz"
+    parsed = load_trace(trace, limit=300)
+    config = _config()
+    capacity = footprint_bytes(config, parsed) // 10
+    seen = _carried(monkeypatch)
+    carried = run_policy(config, "hycache", capacity, parsed)
+    [(did, head)] = seen
+    assert did and 0 < head < len(parsed)
+    monkeypatch.setattr(simulate_module, "_can_carry", lambda _c, _r: False)
+    fresh = run_policy(config, "hycache", capacity, parsed)
+    assert dataclasses.replace(carried, wall_s=0.0) == dataclasses.replace(fresh, wall_s=0.0)

@@ -44,6 +44,8 @@ class PrefixSource(Protocol):
 
     def window(self, start: int, stop: int) -> Iterator[Request]: ...
 
+    def __len__(self) -> int: ...
+
 
 @dataclass(frozen=True)
 class SimulationConfig:
@@ -93,7 +95,7 @@ class _Window:
 def _rest(source: Source, start: int) -> Iterator[Request]:
     """``source``'s requests after its first ``start``."""
     if isinstance(source, PrefixSource):
-        return source.window(start, 1 << 62)
+        return source.window(start, len(source))
     return itertools.islice(source(), start, None)
 
 
