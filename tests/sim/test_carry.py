@@ -129,3 +129,17 @@ def test_a_parsed_trace_is_carried_on_from_inside(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(simulate_module, "_can_carry", lambda _c, _r: False)
     fresh = run_policy(config, "hycache", capacity, parsed)
     assert dataclasses.replace(carried, wall_s=0.0) == dataclasses.replace(fresh, wall_s=0.0)
+
+
+def test_no_carry_under_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bootstrap replays without prefetch: a run with tiers below the device starts anew."""
+    from hycache.cache.tierconfig import TierConfig
+
+    def source() -> Iterator[Request]:
+        return generate("chat", requests=60, seed=1)
+
+    config = _config(tiers=TierConfig(1 << 30))
+    capacity = footprint_bytes(_config(), source) // 10
+    seen = _carried(monkeypatch)
+    run_policy(config, "marconi", capacity, source)
+    assert [did for did, _head in seen] == [False]
