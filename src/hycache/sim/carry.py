@@ -16,7 +16,6 @@ result is the same either way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
 from hycache.sim.serial import SerialReplay
@@ -43,14 +42,8 @@ class HeadReplays(Generic[Candidate]):
 
     def winner(self, chosen: Candidate) -> SerialReplay | None:
         """The kept replay of ``chosen`` (None: it was not kept here), handed over once."""
-        kept: Sequence[tuple[Candidate, SerialReplay]] = [
-            pair for pair in self._pairs() if pair[0] == chosen
-        ]
-        self._first = self._best = None
-        return kept[0][1] if kept else None
-
-    def _pairs(self) -> Iterator[tuple[Candidate, SerialReplay]]:
-        if self._first is not None:
-            yield self._first
+        pairs = [self._first] if self._first is not None else []
         if self._best is not None:
-            yield self._best[0], self._best[2]
+            pairs.append((self._best[0], self._best[2]))
+        self._first = self._best = None
+        return next((replay for candidate, replay in pairs if candidate == chosen), None)
