@@ -22,6 +22,7 @@ VALUE_KNOBS = (
     "dead_weight",
     "exponent",
     "aging_horizon",
+    "learn_aging",
 )
 
 
@@ -53,10 +54,12 @@ def test_each_ablation_knob_reaches_its_mechanism() -> None:
         dead_weight=1,
         exponent=1,
         aging_horizon=0,
+        learn_aging=False,
     )
     assert not (eviction.by_reason or eviction.learn_superseded)
     assert (eviction.superseded_weight, eviction.dead_weight, eviction.exponent) == (1, 1, 1)
     assert eviction.aging_horizon == 0 and eviction._superseded_factor() == 1.0
+    assert not (eviction.learn_aging or eviction._aging.learn or eviction._aging.aged)
 
 
 def test_value_knobs_are_checked_and_ignored_by_other_evictions() -> None:

@@ -7,6 +7,7 @@ then ask the policy directly for its victims, evicting them the way the cache do
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -112,6 +113,38 @@ def run(cache: HybridPrefixCache, tokens: list[int]) -> Lease:
     cache.finish(lease)
     cache.check_integrity()
     return lease
+
+
+def serve_turn(
+    cache: HybridPrefixCache, history: list[int], rng: random.Random, output_len: int
+) -> None:
+    """One conversation turn: ``history`` is admitted, ``output_len`` random tokens decoded
+    and appended to it; the budget and every invariant are checked after."""
+    lease = cache.admit(history, max_new_tokens=output_len)
+    assert isinstance(lease, Lease)
+    cache.record_planned(lease, up_to=lease.prompt_len)
+    output = [rng.randrange(1000) for _ in range(output_len)]
+    cache.extend(lease, output)
+    cache.record_planned(lease)
+    cache.finish(lease)
+    history.extend(output)
+    cache.check_integrity()
+    assert cache.pool.used_bytes <= cache.pool.budget_bytes
+
+
+def random_turn(
+    cache: HybridPrefixCache,
+    sessions: list[list[int]],
+    rng: random.Random,
+    prompt: tuple[int, int],
+    output_len: int,
+) -> list[int]:
+    """A turn of a random session: between ``prompt`` random tokens appended, then served
+    (``serve_turn``). Returns the session's history."""
+    history = sessions[rng.randrange(len(sessions))]
+    history.extend(rng.randrange(1000) for _ in range(rng.randint(*prompt)))
+    serve_turn(cache, history, rng, output_len)
+    return history
 
 
 def victims(cache: HybridPrefixCache, resource: str, count: int) -> list[tuple[int, str]]:

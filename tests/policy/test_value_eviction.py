@@ -12,12 +12,11 @@ import pytest
 
 from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
-from hycache.cache.lease import Lease
 from hycache.cache.presets import build_cache
 from hycache.memory.layouts import shared_pool
 from hycache.policy.admission import AlwaysAdmit
 from hycache.policy.eviction.value import ValueEviction
-from tests.policy.test_policies import BIG, Fixed, run, seq, spec, victims
+from tests.policy.test_policies import BIG, Fixed, random_turn, run, seq, spec, victims
 
 
 def make(policy: ValueEviction, *, every: int = 0, page: int = 16) -> HybridPrefixCache:
@@ -76,16 +75,15 @@ def test_evicting_the_superseded_state_raises_the_deeper_ones_value() -> None:
     assert rec is not None
     deep = {n.end: n for n in cache.tree.iter_nodes()}[512]
     before = policy._current[(deep, rec.slot)]
-    born = policy._born[(deep, rec.slot)]  # the aging clock at its insert
+    born = policy._aging.born((deep, rec.slot))  # the aging clock at its insert
     cache.accounting.evict({n.end: n for n in cache.tree.iter_nodes()}[256], rec)
     policy.evicted(deep, rec, before)  # what next_victim reports; re-keys the neighbours
-    policy._born[(deep, rec.slot)] = 0.0
     policy._settle()
-    after = policy.key(deep, rec)
+    after = policy.key(deep, rec)[-1] - policy._aging.born((deep, rec.slot))  # its value
     flops = cache.spec.prefill_flops
     per_token = policy._kv_per_token
     expected = flops(0, 512) / (rec.bytes_per_state + per_token * 512)
-    assert after[-1] == pytest.approx(expected, rel=1e-3)
+    assert after == pytest.approx(expected, rel=1e-3)
     value_before = flops(256, 256) / (rec.bytes_per_state + per_token * 256)
     assert before[-1] - born == pytest.approx(value_before)
 
@@ -110,18 +108,7 @@ def test_value_eviction_never_overruns_and_keeps_integrity() -> None:
     rng = random.Random(3)
     sessions: list[list[int]] = [[] for _ in range(5)]
     for _ in range(120):
-        history = sessions[rng.randrange(len(sessions))]
-        history.extend(rng.randrange(1000) for _ in range(rng.randint(5, 80)))
-        lease = cache.admit(history, max_new_tokens=10)
-        assert isinstance(lease, Lease)
-        cache.record_planned(lease, up_to=lease.prompt_len)
-        output = [rng.randrange(1000) for _ in range(10)]
-        cache.extend(lease, output)
-        cache.record_planned(lease)
-        cache.finish(lease)
-        history.extend(output)
-        cache.check_integrity()
-        assert cache.pool.used_bytes <= budget
+        history = random_turn(cache, sessions, rng, (5, 80), 10)
         if len(history) > 400:
             history.clear()
     assert cache.stats().reused_tokens > 0

@@ -35,6 +35,7 @@ BEFORE_LATER_RULES = [
     *("--set", "hycache.keep_best=false"),
     *("--set", "hycache.dead_weight=0.1"),
     *("--set", "hycache.tail_quantile=0.9"),
+    *("--set", "hycache.learn_aging=false"),
 ]
 
 

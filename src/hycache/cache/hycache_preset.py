@@ -108,6 +108,13 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "GreedyDual's clock alone)",
         "-",
     ),
+    "learn_aging": Knob(
+        True,
+        bool,
+        "value eviction: age by the clock (aged or GreedyDual's alone) that ranks the entries "
+        "hits come back to higher, learned online (false: aged, as aging_horizon says)",
+        "-",
+    ),
     "read_matched_kv": Knob(
         True,
         bool,
@@ -286,6 +293,7 @@ def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
             by_reason=bool(k["by_reason"]),
             exponent=number("hycache", "exponent", k["exponent"]),
             aging_horizon=optional_int("hycache", "aging_horizon", k["aging_horizon"]) or 0,
+            learn_aging=bool(k["learn_aging"]),
             typical_window=positive("hycache", "typical_window", k["typical_window"]),
             cheap_guess_share=share("hycache", "cheap_guess_share", k["cheap_guess_share"]),
         )

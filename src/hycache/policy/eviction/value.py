@@ -16,9 +16,8 @@ request loses without it, not what it cost to compute:
   keeps ``dead_weight`` of its value.
 
 Key = ``L + weight * (saved_flops / bytes) ** exponent``, where ``L`` is the aging clock as it
-stood at the entry's last access (insert or hit: GreedyDual's clock plus, with an
-``aging_horizon``, a share of a typical value per cache tick) and bytes include, for a state,
-the KV of ``(q, p]`` it keeps alive. When an eviction changes a
+stood at the entry's last access (insert or hit; :mod:`hycache.policy.eviction.aging`) and bytes
+include, for a state, the KV of ``(q, p]`` it keeps alive. When an eviction changes a
 neighbour's value (its fallback, its being superseded, its node becoming a dead leaf) that
 neighbour is re-keyed with its own last-access clock, so the change moves no entry forward in
 time.
@@ -29,11 +28,13 @@ time.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import KeysView
 
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
 from hycache.errors import IntegrityError
+from hycache.policy.eviction.aging import AgingClocks
 from hycache.policy.eviction.base import EvictionContext
 from hycache.policy.eviction.heap import HeapEviction, Key
 from hycache.tree.node import Node
@@ -63,6 +64,7 @@ class ValueEviction(HeapEviction):
         by_reason: bool = True,
         exponent: float = 0.5,
         aging_horizon: int = 1600,
+        learn_aging: bool = True,
         learn_superseded: bool = True,
         pins_published_state: bool = True,
         typical_window: int = TYPICAL_WINDOW,
@@ -75,14 +77,14 @@ class ValueEviction(HeapEviction):
         self.by_reason = by_reason
         self.exponent = exponent
         self.aging_horizon = aging_horizon
+        self.learn_aging = learn_aging
         self.learn_superseded = learn_superseded
         self.typical_window = typical_window
         self.cheap_guess_share = cheap_guess_share
         self._superseded_hits = 0
         self._frontier_hits = 0
         self._typical = 0.0
-        self._clock = 0.0
-        self._born: dict[tuple[Node, int], float] = {}  # aging clock at the last access
+        self._aging = AgingClocks(aging_horizon, learn=learn_aging)
         self._dirty: list[Node] = []
 
     def attach(self, context: EvictionContext) -> None:
@@ -164,23 +166,15 @@ class ValueEviction(HeapEviction):
             value *= self.dead_weight  # a leaf no request can resume inside
         return value
 
-    def _now(self) -> float:
-        """The aging clock for an access now: GreedyDual's ``L`` plus, with an ``aging_horizon``,
-        the mean value of recent entries per ``aging_horizon`` cache ticks, so an entry not
-        touched for that long has lost one typical value over the entries touched now."""
-        if not self.aging_horizon:
-            return self._clock
-        return self._clock + self._typical * self._view.clock / self.aging_horizon
-
     def key(self, node: Node, component: Component) -> Key:
         value = self._value(node, component)
         self._typical += (value - self._typical) / self.typical_window  # a running mean
-        return (self._born.get((node, component.slot), self._clock) + value,)
+        return (self._aging.born((node, component.slot)) + value,)
 
     # ------------------------------------------------------------------ hooks
     def on_insert(self, node: Node, component: Component) -> None:
         self._settle()
-        self._born[(node, component.slot)] = self._now()
+        self._aging.stamp((node, component.slot), self._typical, self._view.clock)
         super().on_insert(node, component)
         if isinstance(component, RecurrentComponent):
             self._mark_neighbours(node)
@@ -189,7 +183,7 @@ class ValueEviction(HeapEviction):
             self._dirty.append(node.parent)  # one more continuation below that state
 
     def touch(self, node: Node, component: Component) -> None:
-        self._born[(node, component.slot)] = self._now()
+        self._aging.stamp((node, component.slot), self._typical, self._view.clock)
 
     def on_hit(self, path: list[Node], used: Node | None) -> None:
         self._settle()
@@ -198,11 +192,13 @@ class ValueEviction(HeapEviction):
                 self._superseded_hits += 1
             else:
                 self._frontier_hits += 1
+            slot = self._state_slot
+            if self._aging.observe_hit((used, slot), self._current, self._slot_heap[slot]):
+                self._rekey_all()
         super().on_hit(path, used)
 
     def evicted(self, node: Node, component: Component, key: Key) -> None:
-        self._clock = max(self._clock, key[-1])
-        self._born.pop((node, component.slot), None)
+        self._aging.evicted((node, component.slot), key[-1])
         if isinstance(component, RecurrentComponent):
             self._mark_neighbours(node)
             self._dirty.append(node)  # its KV, if a leaf, is a dead tail now
@@ -258,9 +254,20 @@ class ValueEviction(HeapEviction):
         self._settle()
 
     def forget(self, live: KeysView[tuple[Node, int]]) -> None:
-        self._born = {i: t for i, t in self._born.items() if i in live}
+        self._aging.forget(live)
 
     # ------------------------------------------------------------------ re-keying
+    def _rekey_all(self) -> None:
+        """The live aging clock changed: every entry goes back in with its born time on the
+        new clock, same value."""
+        aging, current = self._aging, self._current
+        for ident, key in list(current.items()):
+            node, slot = ident
+            rebased = (*key[:-1], aging.rebased(ident, key[-1]))
+            current[ident] = rebased
+            heapq.heappush(self._slot_heap[slot], (rebased, next(self._seq), node, slot))
+            self._entries += 1
+
     def _mark_neighbours(self, node: Node) -> None:
         """The states whose value depends on the state at ``node``: the one above (it may be
         superseded or not any more), the nearest ones below (their fallback), and the node's
