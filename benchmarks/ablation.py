@@ -66,6 +66,7 @@ class Variant:
 FULL = Variant("full", ())
 VARIANTS = (
     Variant("tune", ("hycache.tune=false",)),
+    Variant("tune_clock", ("hycache.tune_clock=false",)),
     Variant("adaptive", ("hycache.adaptive=false",)),
     Variant("free_room", ("hycache.free_room=false",)),
     Variant("keep_best", ("hycache.keep_best=false",)),

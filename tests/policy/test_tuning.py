@@ -1,38 +1,62 @@
-"""hycache's one-time tuning of eviction and checkpoint skipping."""
+"""hycache's one-time tuning of eviction, checkpoint skipping and the aging clock."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Callable, Mapping
 
 import pytest
 
-from hycache.policy.tuning import CANDIDATES, MARGIN, tune_knobs
+from hycache.cache.knobs import KnobValue
+from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, tune_knobs
 from hycache.sim import simulate
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
-from hycache.sim.simulate import SimulationConfig, run_policy
+from hycache.sim.request import Request
+from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.workloads import generate
 from hycache.spec.model import load_spec
 
 
-def test_the_default_wins_unless_another_candidate_is_clearly_better() -> None:
-    def scores(table: list[float]):  # type: ignore[no-untyped-def]
-        return lambda knobs: table[CANDIDATES.index(knobs)]
+def _scored(table: list[float]):  # type: ignore[no-untyped-def]
+    return lambda knobs: table[CANDIDATES.index(knobs)]
 
-    close = [100.0] + [100.0 * (1 + MARGIN / 2)] * (len(CANDIDATES) - 1)
-    assert tune_knobs(scores(close))[0] is CANDIDATES[0]
-    far = [100.0] + [100.0 * (1 + 2 * MARGIN)] + [0.0] * (len(CANDIDATES) - 2)
-    chosen, got = tune_knobs(scores(far))
+
+def test_the_default_wins_unless_another_candidate_is_clearly_better() -> None:
+    margin = 0.1
+    close = [100.0] + [100.0 * (1 + margin / 2)] * (len(CANDIDATES) - 1)
+    assert tune_knobs(_scored(close), margin=margin)[0] is CANDIDATES[0]
+    far = [100.0] + [100.0 * (1 + 2 * margin)] + [0.0] * (len(CANDIDATES) - 2)
+    chosen, got = tune_knobs(_scored(far), margin=margin)
     assert chosen is CANDIDATES[1] and got == far
 
 
 def test_the_margin_is_a_parameter() -> None:
-    def scores(table: list[float]):  # type: ignore[no-untyped-def]
-        return lambda knobs: table[CANDIDATES.index(knobs)]
+    close = [100.0] + [105.0] * (len(CANDIDATES) - 1)
+    assert tune_knobs(_scored(close), margin=0.0)[0] is CANDIDATES[1]
+    assert tune_knobs(_scored(close), margin=0.1)[0] is CANDIDATES[0]
 
-    close = [100.0] + [100.0 * (1 + MARGIN / 2)] * (len(CANDIDATES) - 1)
-    assert tune_knobs(scores(close), margin=0.0)[0] is CANDIDATES[1]
-    assert tune_knobs(scores(close), margin=MARGIN)[0] is CANDIDATES[0]
+
+def test_by_default_the_best_score_wins_and_ties_go_to_the_first() -> None:
+    assert MARGIN == 0.0
+    clock_best = [100.0, 90.0, 101.0]
+    assert tune_knobs(_scored(clock_best))[0] is CANDIDATES[2]
+    tied = [100.0, 100.0, 100.0]
+    assert tune_knobs(_scored(tied))[0] is CANDIDATES[0]
+    later_tie = [90.0, 100.0, 100.0]
+    assert tune_knobs(_scored(later_tie))[0] is CANDIDATES[1]
+
+
+def test_the_clock_candidate_is_left_out_where_the_user_decided() -> None:
+    assert candidates_for(()) == CANDIDATES
+    clock = [c for c in CANDIDATES if "aging_horizon" in c]
+    assert len(clock) == 1 and clock[0]["aging_horizon"] == 0
+    without = tuple(c for c in CANDIDATES if "aging_horizon" not in c)
+    assert candidates_for(("aging_horizon",)) == without
+    assert candidates_for(("exponent", "aging_horizon")) == without
+    assert candidates_for(("exponent",)) == CANDIDATES
+    assert candidates_for((), tune_clock=False) == without
 
 
 def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,3 +131,43 @@ def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.Monke
     source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
     run_policy(config, "hycache", 5 * 10**8, source)
     assert len(calls) == 1 and any(calls[0])
+
+
+def _twice_at_5_percent() -> tuple[SimulationConfig, Callable[[], list[Request]], int]:
+    """seed-0 ``twice`` at 5% of its footprint: a stream whose bootstrap window favours
+    GreedyDual's flat clock."""
+    spec = load_spec("qwen3-next-80b-a3b")
+    config = SimulationConfig(spec, CostModel(spec, hardware("h200")), reject_oversized=True)
+    source = lambda: generate("twice", requests=200, seed=0)  # noqa: E731
+    return config, source, footprint_bytes(config, source) * 5 // 100
+
+
+def test_the_flat_clock_is_chosen_where_its_window_reuses_most() -> None:
+    config, source, capacity = _twice_at_5_percent()
+    tuned = run_policy(config, "hycache", capacity, source)
+    assert tuned.knobs["aging_horizon"] == 0 and tuned.knobs["adaptive"] is True
+    fixed = dataclasses.replace(
+        config, knobs={"hycache": {"eviction": "value", "adaptive": True, "aging_horizon": 0}}
+    )
+    assert run_policy(fixed, "hycache", capacity, source).token_hit_rate == tuned.token_hit_rate
+
+
+@pytest.mark.parametrize(
+    "knobs", [{"aging_horizon": 1600}, {"tune_clock": False}], ids=["horizon", "no-clock"]
+)
+def test_a_user_decision_keeps_the_clock_out_of_tuning(
+    monkeypatch: pytest.MonkeyPatch, knobs: dict[str, KnobValue]
+) -> None:
+    tried: list[tuple[Mapping[str, object], ...]] = []
+    real = simulate.tune_knobs
+
+    def spied(replay, candidates=CANDIDATES, margin=MARGIN, **kwargs):  # type: ignore[no-untyped-def]
+        tried.append(tuple(candidates))
+        return real(replay, candidates, margin, **kwargs)
+
+    monkeypatch.setattr(simulate, "tune_knobs", spied)
+    config, source, capacity = _twice_at_5_percent()
+    config = dataclasses.replace(config, knobs={"hycache": knobs})
+    result = run_policy(config, "hycache", capacity, source)
+    assert tried == [candidates_for(())[:2]]
+    assert result.knobs["aging_horizon"] == knobs.get("aging_horizon", 1600)

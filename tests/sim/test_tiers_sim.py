@@ -29,13 +29,15 @@ ARGS = [
     "all",
 ]
 #: defaults changed since the golden run was written: free room, keeping the best kind, the
-#: dead-tail weight
+#: dead-tail weight, the tail rule, the learned clock, the clock candidate and the margin
 BEFORE_LATER_RULES = [
     *("--set", "hycache.free_room=false"),
     *("--set", "hycache.keep_best=false"),
     *("--set", "hycache.dead_weight=0.1"),
     *("--set", "hycache.tail_quantile=0.9"),
     *("--set", "hycache.learn_aging=false"),
+    *("--set", "hycache.tune_clock=false"),
+    *("--set", "hycache.tune_margin=0.1"),
 ]
 
 
@@ -50,7 +52,14 @@ TIER_KNOBS = {
 
 
 #: hycache knobs added after the golden run: their defaults leave the results unchanged
-LATER_KNOBS = {*PLANNER_KNOBS, *VALUE_KNOBS, *THRESHOLD_KNOBS, "keep_best", "tail_quantile"}
+LATER_KNOBS = {
+    *PLANNER_KNOBS,
+    *VALUE_KNOBS,
+    *THRESHOLD_KNOBS,
+    "keep_best",
+    "tail_quantile",
+    "tune_clock",
+}
 
 
 def _strip(value: object) -> None:

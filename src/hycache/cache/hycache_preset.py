@@ -138,8 +138,16 @@ HYCACHE_KNOBS: dict[str, Knob] = {
     "tune": Knob(
         True,
         bool,
-        "pick eviction and adaptive once by replaying a bootstrap window (the simulator "
-        "does it when neither is set), as Marconi picks alpha",
+        "pick eviction, adaptive and the aging clock once by replaying a bootstrap window "
+        "(the simulator does it when neither eviction nor adaptive is set), as Marconi "
+        "picks alpha",
+        "-",
+    ),
+    "tune_clock": Knob(
+        True,
+        bool,
+        "tune: also try GreedyDual's flat aging clock alone (aging_horizon 0) unless "
+        "aging_horizon is set",
         "-",
     ),
     "bootstrap_multiplier": Knob(
@@ -228,7 +236,8 @@ HYCACHE_KNOBS: dict[str, Knob] = {
     "tune_margin": Knob(
         MARGIN,
         float,
-        "tune: another candidate replaces the default only if it reuses this share more",
+        "tune: another candidate replaces the default only if it reuses this share more "
+        "(0: the best wins, ties to the default)",
         "-",
     ),
 }

@@ -1,21 +1,30 @@
-"""hycache's one-time self-tuning: whether to skip checkpoint kinds that are rarely reused.
+"""hycache's one-time self-tuning: whether to skip checkpoint kinds that are rarely reused, and
+which clock the value eviction ages by.
 
 Skipping (``adaptive``) pays where some kinds are never reused (the end of a ``twice`` prompt,
 the prompt end of a chat turn): their states would only crowd out useful ones. It starves a
 cache that thrashes: on the Mooncake synthetic trace at 5-20% of its footprint, tail states are
-reused once per 16 stored, below the bar, yet they are nearly all the reuse there is. Like
-Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
+reused once per 16 stored, below the bar, yet they are nearly all the reuse there is.
+
+The clock: by default the value eviction ages entries on the clock its hits favour
+(``hycache.policy.eviction.aging``). That judge only sees the entries that survived to be hit;
+on real chat streams it settles on the aged clock although GreedyDual's flat clock alone keeps
+more conversations (the hits it would have had are misses it cannot see). So the bootstrap also
+replays the flat clock alone (``aging_horizon`` 0), unless the user set ``aging_horizon`` or
+turned this off (the ``hycache`` preset's knob ``tune_clock``).
+
+Like Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
 candidate and scores each (the simulator: tokens reused, on a window it doubles while every
-score is 0); the best wins, but the first listed
-(the default) keeps its place unless another beats it by ``margin`` (default ``MARGIN``, the
-``hycache`` preset's knob ``tune_margin``). (Plain LRU was a
-candidate once; the value eviction without skipping came within 2.4% of it on the Mooncake
-conversation trace and beat it 2.6x on the synthetic trace in engine mode.)
+score is 0); the best wins, ties going to the one listed first (the default), and the default
+keeps its place unless another beats it by ``margin`` (default ``MARGIN``, the ``hycache``
+preset's knob ``tune_margin``). (Plain LRU was a candidate once; the value eviction without
+skipping came within 2.4% of it on the Mooncake conversation trace and beat it 2.6x on the
+synthetic trace in engine mode.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from hycache.policy.bootstrap import ScoreAll, in_order
 
@@ -23,10 +32,28 @@ from hycache.policy.bootstrap import ScoreAll, in_order
 CANDIDATES: tuple[Mapping[str, object], ...] = (
     {"eviction": "value", "adaptive": True},
     {"eviction": "value", "adaptive": False},
+    {"eviction": "value", "adaptive": True, "aging_horizon": 0},
 )
-#: another candidate replaces the first (the default) only if it saves this much more: a short
-#: window is noisy, and the default is the better bet when they are close
-MARGIN = 0.1
+#: the knobs every candidate sets: a user who sets one of them turns tuning off
+CHOSEN_KNOBS = frozenset({"eviction", "adaptive"})
+#: another candidate replaces the first (the default) only if it saves this share more. 0: the
+#: best score wins; the sweep on the tune split found 0 never worse than 0.1 and the clock
+#: candidate's gains on the tuning sets need it (docs/benchmarks.md, "Which clock")
+MARGIN = 0.0
+
+
+def candidates_for(
+    user_knobs: Collection[str], *, tune_clock: bool = True
+) -> tuple[Mapping[str, object], ...]:
+    """The candidates worth replaying when the user set ``user_knobs``: none that would
+    override a knob the user set beyond ``CHOSEN_KNOBS``, and no clock candidate unless
+    ``tune_clock``."""
+    return tuple(
+        candidate
+        for candidate in CANDIDATES
+        if not (set(candidate) - CHOSEN_KNOBS) & set(user_knobs)
+        and (tune_clock or "aging_horizon" not in candidate)
+    )
 
 
 def tune_knobs(

@@ -14,7 +14,7 @@ from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
 from hycache.policy.bootstrap import ScoreAll, in_order
 from hycache.policy.eviction.marconi import tune_alpha
-from hycache.policy.tuning import tune_knobs
+from hycache.policy.tuning import CHOSEN_KNOBS, candidates_for, tune_knobs
 from hycache.sim.carry import HeadReplays
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS, replay_disagg
@@ -142,6 +142,7 @@ def _tune_hycache(
     source: Source,
     multiplier: int,
     margin: float,
+    candidates: Sequence[Mapping[str, object]],
     score_all: ScoreAll,
 ) -> tuple[Mapping[str, object], HeadReplays[Mapping[str, object]]]:
     """hycache's one-time choice (``hycache.policy.tuning``) on a bootstrap window of
@@ -162,7 +163,7 @@ def _tune_hycache(
             kept.offer(choice, score, done)
             return score
 
-        chosen, scores = tune_knobs(replay, margin=margin, score_all=score_all)
+        chosen, scores = tune_knobs(replay, candidates, margin, score_all=score_all)
         if any(scores) or window.whole:
             return chosen, kept
         multiplier *= 2
@@ -224,7 +225,7 @@ def run_policy(
         extra["alpha"] = best
         carried = alphas.winner(best)
     resolved = resolve_knobs(preset, knobs)
-    if preset == "hycache" and resolved["tune"] and not {"eviction", "adaptive"} & set(knobs):
+    if preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
         multiplier = int(resolved["bootstrap_multiplier"] or 5)
         chosen, kept = _tune_hycache(
             config,
@@ -232,6 +233,7 @@ def run_policy(
             source,
             multiplier,
             float(resolved["tune_margin"] or 0),
+            candidates_for(knobs, tune_clock=bool(resolved["tune_clock"])),
             score_all,
         )
         extra.update(chosen)
