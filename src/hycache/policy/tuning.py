@@ -37,8 +37,9 @@ CANDIDATES: tuple[Mapping[str, object], ...] = (
 #: the knobs every candidate sets: a user who sets one of them turns tuning off
 CHOSEN_KNOBS = frozenset({"eviction", "adaptive"})
 #: another candidate replaces the first (the default) only if it saves this share more. 0: the
-#: best score wins; the sweep on the tune split found 0 never worse than 0.1 and the clock
-#: candidate's gains on the tuning sets need it (docs/benchmarks.md, "Which clock")
+#: best score wins; the sweep on the tune split found 0 never worse than 0.1, and the clock
+#: candidate's gains on the tuning sets need it (docs/benchmarks.md, "GreedyDual's flat clock
+#: as a bootstrap candidate")
 MARGIN = 0.0
 
 
