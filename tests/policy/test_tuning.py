@@ -13,6 +13,7 @@ from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, tune_knobs
 from hycache.sim import simulate
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
+from hycache.sim.report import tuned_notes
 from hycache.sim.request import Request
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.workloads import generate
@@ -171,3 +172,36 @@ def test_a_user_decision_keeps_the_clock_out_of_tuning(
     result = run_policy(config, "hycache", capacity, source)
     assert tried == [candidates_for(())[:2]]
     assert result.knobs["aging_horizon"] == knobs.get("aging_horizon", 1600)
+
+
+def test_the_choice_is_recorded_with_its_window() -> None:
+    config, source, capacity = _twice_at_5_percent()
+    result = run_policy(config, "hycache", capacity, source)
+    window = result.tuned["window_requests"]
+    assert isinstance(window, int) and 0 < window <= 200
+    assert {k: v for k, v in result.tuned.items() if k != "window_requests"} == {
+        "eviction": "value",
+        "adaptive": True,
+        "aging_horizon": 0,
+    }
+    assert result.as_json()["tuned"] == result.tuned
+    marconi = run_policy(config, "marconi", capacity, source)
+    assert marconi.tuned["alpha"] == marconi.knobs["alpha"]
+    notes = tuned_notes({"hycache": result, "marconi": marconi})
+    assert notes == [
+        "hycache: chose eviction=value, adaptive=true, aging_horizon=0 (GreedyDual's flat "
+        f"clock) on a bootstrap window of {window} requests",
+        f"marconi: chose alpha={marconi.knobs['alpha']} on a bootstrap window of "
+        f"{marconi.tuned['window_requests']} requests",
+    ]
+
+
+def test_nothing_is_recorded_where_the_user_chose() -> None:
+    config, source, capacity = _twice_at_5_percent()
+    config = dataclasses.replace(
+        config, knobs={"hycache": {"adaptive": True}, "marconi": {"alpha": 1.0}}
+    )
+    for preset in ("hycache", "marconi", "vllm"):
+        result = run_policy(config, preset, capacity, source)
+        assert result.tuned == {} and "tuned" not in result.as_json()
+        assert tuned_notes({preset: result}) == []

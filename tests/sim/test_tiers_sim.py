@@ -66,6 +66,7 @@ def _strip(value: object) -> None:
     if isinstance(value, dict):
         value.pop("wall_s", None)
         value.pop("checkpoint_reasons", None)  # reported since; the golden predates it
+        value.pop("tuned", None)  # likewise
         knobs = value.get("knobs")
         if isinstance(knobs, dict):
             for name in TIER_KNOBS | LATER_KNOBS:

@@ -44,6 +44,7 @@ from hycache.sim.report import (
     render_html,
     table,
     tier_table,
+    tuned_notes,
 )
 from hycache.sim.request import Request
 from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes, infinite_hit_rate
@@ -397,7 +398,7 @@ def _print_results(results: dict[str, PolicyResult], *, reasons: bool = False) -
     if by_reason is not None:
         print("checkpoints by reason")
         print(by_reason)
-    for note in rejected_notes(results):
+    for note in (*tuned_notes(results), *rejected_notes(results)):
         print(f"note: {note}")
 
 

@@ -160,14 +160,21 @@ class PolicyResult:
     disagg: DisaggStats | None = None
     #: per checkpoint reason, its states stored, resumed from and skipped for memory
     reasons: dict[str, ReasonCounts] = field(default_factory=dict)
+    #: what the one-time bootstrap chose (hycache: the knobs of its winning candidate,
+    #: marconi: ``alpha``) and ``window_requests``, the requests it replayed; empty when nothing
+    #: was tuned (the knobs were set, or the preset has no bootstrap)
+    tuned: dict[str, object] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, object]:
         """The fields the ``--json`` report promises, plus context; with lower tiers also
         ``tier_hit_tokens``, ``tier_bytes_peak``, ``bytes_moved`` (per direction), and
         ``capacity_overrun_bytes`` then counts every tier. A ``disagg`` replay adds
         ``DisaggStats.as_json`` (``bytes_moved``: prefill -> decode bytes, one integer) and
-        ``prefill_token_hit_rate``, and ``capacity_overrun_bytes`` counts both instances."""
+        ``prefill_token_hit_rate``, and ``capacity_overrun_bytes`` counts both instances. A
+        bootstrap's choice adds ``tuned``."""
         out = self._json()
+        if self.tuned:
+            out["tuned"] = self.tuned
         if self.disagg is not None:
             out["prefill_token_hit_rate"] = self.token_hit_rate
             out.update(self.disagg.as_json())

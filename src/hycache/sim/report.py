@@ -164,6 +164,27 @@ def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
     ]
 
 
+def tuned_notes(results: Mapping[str, PolicyResult]) -> list[str]:
+    """One line per policy whose bootstrap chose something (``PolicyResult.tuned``): what, and
+    on how many requests; empty when nothing was tuned."""
+    notes = []
+    for name, r in results.items():
+        chosen = {k: v for k, v in r.tuned.items() if k != "window_requests"}
+        if not chosen:
+            continue
+        shown = ", ".join(f"{k}={_knob_text(v)}" for k, v in chosen.items())
+        if chosen.get("aging_horizon") == 0:
+            shown += " (GreedyDual's flat clock)"
+        notes.append(
+            f"{name}: chose {shown} on a bootstrap window of {r.tuned['window_requests']} requests"
+        )
+    return notes
+
+
+def _knob_text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def render_html(
     title: str,
     by_capacity: Mapping[int, Mapping[str, PolicyResult]],
@@ -196,5 +217,6 @@ def render_html(
                 "<h3>Tiers: reused tokens by the tier their KV came from, bytes moved</h3>"
                 f"<pre>{html.escape(tiers)}</pre>"
             )
-        body += [f"<p>{html.escape(n)}</p>" for n in rejected_notes(by_capacity[c])]
+        for note in (*tuned_notes(by_capacity[c]), *rejected_notes(by_capacity[c])):
+            body.append(f"<p>{html.escape(note)}</p>")
     return page(title, body)

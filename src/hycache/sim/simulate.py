@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from hycache.cache.facade import HybridPrefixCache
@@ -47,7 +47,7 @@ class PrefixSource(Protocol):
     def __len__(self) -> int: ...
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class SimulationConfig:
     spec: ModelSpec
     cost: CostModel
@@ -82,7 +82,7 @@ class SimulationConfig:
             resolve_knobs(preset, values)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Window:
     """A bootstrap window: its first ``count`` requests of the source, as a source."""
 
@@ -207,6 +207,7 @@ def run_policy(
     forked processes with ``hycache.sim.forked.forked_scorer``; the result is the same."""
     knobs = preset_knobs(config, preset)
     extra: dict[str, object] = {}
+    tuned: dict[str, object] = {}
     carried: SerialReplay | None = None
     if preset == "marconi" and "alpha" not in knobs:
         multiplier = int(resolve_knobs("marconi", knobs)["bootstrap_multiplier"] or 5)
@@ -223,6 +224,7 @@ def run_policy(
 
         best, _scores = tune_alpha(score, score_all=score_all)
         extra["alpha"] = best
+        tuned = {"alpha": best, "window_requests": window.count}
         carried = alphas.winner(best)
     resolved = resolve_knobs(preset, knobs)
     if preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
@@ -237,7 +239,24 @@ def run_policy(
             score_all,
         )
         extra.update(chosen)
+        tuned = {**chosen, "window_requests": kept.head}
         carried = kept.winner(chosen)
+    result = _final_replay(config, preset, capacity, source, extra, carried, total)
+    return dataclasses.replace(result, tuned=tuned) if tuned else result
+
+
+def _final_replay(
+    config: SimulationConfig,
+    preset: str,
+    capacity: int,
+    source: Source,
+    extra: Mapping[str, object],
+    carried: SerialReplay | None,
+    total: int | None,
+) -> PolicyResult:
+    """``run_policy``'s replay of the whole source with the bootstrap's choice ``extra``,
+    carrying on the winner's window replay ``carried`` where it can."""
+    knobs = preset_knobs(config, preset)
     tiers = _tiers(config, preset, {**knobs, **extra})
     prefetch = None if tiers is None else Prefetch.of(tiers, config.cost)
     shown: dict[str, object] = dict(resolve_knobs(preset, {**knobs, **extra}))
