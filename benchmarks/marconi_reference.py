@@ -37,7 +37,8 @@ from hycache.cli.sizes import parse_size
 from hycache.policy.eviction.marconi import ALPHA_GRID
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
-from hycache.sim.simulate import SimulationConfig, Source, run_policy
+from hycache.sim.simulate import SimulationConfig, run_policy
+from hycache.sim.source import Source
 from hycache.sim.trace_cache import default_cache_dir, load_trace
 from hycache.spec.model import load_spec
 

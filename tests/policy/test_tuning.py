@@ -10,6 +10,7 @@ import pytest
 
 from hycache.cache.knobs import KnobValue
 from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, tune_knobs
+from hycache.sim import bootstrap as sim_bootstrap
 from hycache.sim import simulate
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
@@ -67,7 +68,7 @@ def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch)
         seen.append(margin)
         return candidates[0], [0.0] * len(candidates)
 
-    monkeypatch.setattr(simulate, "tune_knobs", spy)
+    monkeypatch.setattr(sim_bootstrap, "tune_knobs", spy)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(
         spec, CostModel(spec, hardware("h200")), knobs={"hycache": {"tune_margin": 0.25}}
@@ -93,7 +94,7 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
     """No candidate reused a token in the window: it tells them apart no better than a coin,
     so the window doubles until some candidate reuses something or it holds everything."""
     windows: list[tuple[int, bool]] = []
-    real_window = simulate._bootstrap_window
+    real_window = simulate.bootstrap_window
 
     def recorded(source, spec, capacity, multiplier):  # type: ignore[no-untyped-def]
         window = real_window(source, spec, capacity, multiplier)
@@ -104,8 +105,8 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
     def blind(replay, candidates=CANDIDATES, margin=MARGIN, **_):  # type: ignore[no-untyped-def]
         return candidates[0], [0.0] * len(candidates)
 
-    monkeypatch.setattr(simulate, "_bootstrap_window", recorded)
-    monkeypatch.setattr(simulate, "tune_knobs", blind)
+    monkeypatch.setattr(simulate, "bootstrap_window", recorded)
+    monkeypatch.setattr(sim_bootstrap, "tune_knobs", blind)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
     source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
@@ -119,14 +120,14 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
 
 def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[float]] = []
-    real = simulate.tune_knobs
+    real = sim_bootstrap.tune_knobs
 
     def counted(replay, candidates=CANDIDATES, margin=MARGIN, **kwargs):  # type: ignore[no-untyped-def]
         chosen, scores = real(replay, candidates, margin, **kwargs)
         calls.append(scores)
         return chosen, scores
 
-    monkeypatch.setattr(simulate, "tune_knobs", counted)
+    monkeypatch.setattr(sim_bootstrap, "tune_knobs", counted)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
     source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
@@ -160,13 +161,13 @@ def test_a_user_decision_keeps_the_clock_out_of_tuning(
     monkeypatch: pytest.MonkeyPatch, knobs: dict[str, KnobValue]
 ) -> None:
     tried: list[tuple[Mapping[str, object], ...]] = []
-    real = simulate.tune_knobs
+    real = sim_bootstrap.tune_knobs
 
     def spied(replay, candidates=CANDIDATES, margin=MARGIN, **kwargs):  # type: ignore[no-untyped-def]
         tried.append(tuple(candidates))
         return real(replay, candidates, margin, **kwargs)
 
-    monkeypatch.setattr(simulate, "tune_knobs", spied)
+    monkeypatch.setattr(sim_bootstrap, "tune_knobs", spied)
     config, source, capacity = _twice_at_5_percent()
     config = dataclasses.replace(config, knobs={"hycache": knobs})
     result = run_policy(config, "hycache", capacity, source)

@@ -159,7 +159,7 @@ def test_ray_and_serial_runs_print_identical_tables(
 def test_one_cell_gives_its_bootstrap_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep of one cell runs here; its bootstrap replays run in forked workers and the
     result is the serial one."""
-    from hycache.sim import simulate as simulate_module
+    from hycache.sim import bootstrap as bootstrap_module
 
     config = _config()
 
@@ -167,13 +167,13 @@ def test_one_cell_gives_its_bootstrap_the_workers(monkeypatch: pytest.MonkeyPatc
         return generate("agent", requests=30, seed=1)
 
     seen: list[object] = []
-    real = simulate_module.tune_alpha
+    real = bootstrap_module.tune_alpha
 
     def recorded(replay, grid=None, *, score_all):  # type: ignore[no-untyped-def]
         seen.append(score_all)
         return real(replay, score_all=score_all)
 
-    monkeypatch.setattr(simulate_module, "tune_alpha", recorded)
+    monkeypatch.setattr(bootstrap_module, "tune_alpha", recorded)
     for policy in ("marconi", "hycache"):
         cell = [Cell(2 * 10**9, policy)]
         serial = run_cells(config, source, cell)

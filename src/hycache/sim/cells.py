@@ -30,7 +30,8 @@ from hycache.errors import ConfigError, IntegrityError
 from hycache.sim.forked import can_fork, forked_scorer
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
-from hycache.sim.simulate import SimulationConfig, Source, run_policy
+from hycache.sim.simulate import SimulationConfig, run_policy
+from hycache.sim.source import Source
 
 #: Local Ray's object store: the shared sources are small (a parsed trace is a few MB at most).
 LOCAL_OBJECT_STORE_BYTES = 256 << 20

@@ -1,11 +1,10 @@
-"""Running presets over a workload: capacities, Marconi's alpha bootstrap, side by side."""
+"""Running presets over a workload: capacities, each preset's bootstrap (``hycache.sim.bootstrap``)
+then its replay, side by side."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
@@ -13,9 +12,8 @@ from hycache.cache.tierconfig import TierConfig
 from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
 from hycache.policy.bootstrap import ScoreAll, in_order
-from hycache.policy.eviction.marconi import tune_alpha
-from hycache.policy.tuning import CHOSEN_KNOBS, candidates_for, tune_knobs
-from hycache.sim.carry import HeadReplays
+from hycache.policy.tuning import CHOSEN_KNOBS, candidates_for
+from hycache.sim.bootstrap import Choice, Window, bootstrap_window, choose_alpha, choose_knobs
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS, replay_disagg
 from hycache.sim.hardware import hardware_knobs
@@ -23,28 +21,14 @@ from hycache.sim.metrics import PolicyResult
 from hycache.sim.prefetch import Prefetch
 from hycache.sim.progress import Progress
 from hycache.sim.replay import replay_engine
-from hycache.sim.request import Request
 from hycache.sim.serial import SerialReplay, replay_serial
 from hycache.sim.sessions import DEFAULT_IDLE_S
+from hycache.sim.source import Source, rest
 from hycache.spec.model import ModelSpec
-
-#: A re-iterable source of requests (a trace is read again for every policy).
-Source = Callable[[], Iterable[Request]]
 
 UNLIMITED_BYTES = 1 << 60
 #: replay modes: ``hycache.sim.replay`` (serial, engine) and ``hycache.sim.disagg``
 MODES = ("serial", "engine", "disagg")
-
-
-@runtime_checkable
-class PrefixSource(Protocol):
-    """A source any stretch of which is cheap to read again (a parsed trace): the bootstrap
-    replays read their window from it instead of holding it in a list, and the winner's replay
-    carried on reads the rest."""
-
-    def window(self, start: int, stop: int) -> Iterator[Request]: ...
-
-    def __len__(self) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,93 +64,6 @@ class SimulationConfig:
             raise ConfigError(f"session_idle_s must be >= 0 or None, got {self.session_idle_s}")
         for preset, values in (self.knobs or {}).items():
             resolve_knobs(preset, values)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Window:
-    """A bootstrap window: its first ``count`` requests of the source, as a source."""
-
-    requests: Source
-    count: int
-    #: whether that is all of the source
-    whole: bool
-
-
-def _rest(source: Source, start: int) -> Iterator[Request]:
-    """``source``'s requests after its first ``start``."""
-    if isinstance(source, PrefixSource):
-        return source.window(start, len(source))
-    return itertools.islice(source(), start, None)
-
-
-def _bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> _Window:
-    """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests, as a
-    source (a list, unless ``source`` is a :class:`PrefixSource`)."""
-    window: list[Request] = []
-    keep = not isinstance(source, PrefixSource)
-    count = 0
-    filled = 0
-    fill_count: int | None = None
-    per_token = spec.kv_bytes_per_token
-    for request in source():
-        count += 1
-        if keep:
-            window.append(request)
-        if fill_count is None:
-            filled += (request.prompt_len + request.output_len) * per_token + 2 * spec.state_bytes
-            if filled >= capacity:
-                fill_count = count
-        if fill_count is not None and count >= multiplier * fill_count:
-            break
-    whole = fill_count is None or count < multiplier * fill_count
-    if isinstance(source, PrefixSource):
-        prefix = source
-        return _Window(lambda: prefix.window(0, count), count, whole)
-    return _Window(lambda: window, count, whole)
-
-
-def _window_replay(
-    config: SimulationConfig, cache: HybridPrefixCache, window: _Window
-) -> SerialReplay:
-    """A bootstrap replay of ``window`` (requests no cache of this size holds are served
-    uncached and counted)."""
-    replay = SerialReplay(
-        cache, config.cost, reject_oversized=True, session_idle_s=config.session_idle_s
-    )
-    return replay.feed(window.requests())
-
-
-def _tune_hycache(
-    config: SimulationConfig,
-    capacity: int,
-    source: Source,
-    multiplier: int,
-    margin: float,
-    candidates: Sequence[Mapping[str, object]],
-    score_all: ScoreAll,
-) -> tuple[Mapping[str, object], HeadReplays[Mapping[str, object]]]:
-    """hycache's one-time choice (``hycache.policy.tuning``) on a bootstrap window of
-    ``multiplier`` cache fills, and the window replays that may be carried on. A window in
-    which no candidate reused a single token tells them apart no better than a coin: it is
-    doubled until some candidate reuses something or it holds the whole source."""
-    while True:
-        window = _bootstrap_window(source, config.spec, capacity, multiplier)
-        kept: HeadReplays[Mapping[str, object]] = HeadReplays(window.count)
-
-        def replay(
-            choice: Mapping[str, object],
-            window: _Window = window,
-            kept: HeadReplays[Mapping[str, object]] = kept,
-        ) -> float:
-            done = _window_replay(config, _build(config, "hycache", capacity, choice), window)
-            score = float(done.cache.stats().reused_tokens)
-            kept.offer(choice, score, done)
-            return score
-
-        chosen, scores = tune_knobs(replay, candidates, margin, score_all=score_all)
-        if any(scores) or window.whole:
-            return chosen, kept
-        multiplier *= 2
 
 
 def preset_knobs(config: SimulationConfig, preset: str) -> dict[str, object]:
@@ -206,43 +103,33 @@ def run_policy(
     bootstrap replays (Marconi's alphas, hycache's candidates): here in order by default, in
     forked processes with ``hycache.sim.forked.forked_scorer``; the result is the same."""
     knobs = preset_knobs(config, preset)
-    extra: dict[str, object] = {}
-    tuned: dict[str, object] = {}
-    carried: SerialReplay | None = None
-    if preset == "marconi" and "alpha" not in knobs:
-        multiplier = int(resolve_knobs("marconi", knobs)["bootstrap_multiplier"] or 5)
-        window = _bootstrap_window(source, config.spec, capacity, multiplier)
-        alphas: HeadReplays[float] = HeadReplays(window.count)
-
-        def score(alpha: float) -> float:
-            done = _window_replay(
-                config, _build(config, preset, capacity, {"alpha": alpha}), window
-            )
-            saved = done.result().prefill_flops_saved
-            alphas.offer(alpha, saved, done)
-            return saved
-
-        best, _scores = tune_alpha(score, score_all=score_all)
-        extra["alpha"] = best
-        tuned = {"alpha": best, "window_requests": window.count}
-        carried = alphas.winner(best)
     resolved = resolve_knobs(preset, knobs)
-    if preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
+
+    def replay(extra: Mapping[str, object], window: Window) -> SerialReplay:
+        """A bootstrap replay of ``window`` (requests no cache of this size holds are served
+        uncached and counted)."""
+        cache = _build(config, preset, capacity, extra)
+        done = SerialReplay(
+            cache, config.cost, reject_oversized=True, session_idle_s=config.session_idle_s
+        )
+        return done.feed(window.requests())
+
+    choice = Choice()
+    if preset == "marconi" and "alpha" not in knobs:
         multiplier = int(resolved["bootstrap_multiplier"] or 5)
-        chosen, kept = _tune_hycache(
-            config,
-            capacity,
-            source,
-            multiplier,
-            float(resolved["tune_margin"] or 0),
+        window = bootstrap_window(source, config.spec, capacity, multiplier)
+        choice = choose_alpha(window, replay, score_all)
+    elif preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
+        choice = choose_knobs(
+            lambda multiplier: bootstrap_window(source, config.spec, capacity, multiplier),
+            int(resolved["bootstrap_multiplier"] or 5),
             candidates_for(knobs, tune_clock=bool(resolved["tune_clock"])),
+            float(resolved["tune_margin"] or 0),
+            replay,
             score_all,
         )
-        extra.update(chosen)
-        tuned = {**chosen, "window_requests": kept.head}
-        carried = kept.winner(chosen)
-    result = _final_replay(config, preset, capacity, source, extra, carried, total)
-    return dataclasses.replace(result, tuned=tuned) if tuned else result
+    result = _final_replay(config, preset, capacity, source, choice.knobs, choice.carried, total)
+    return dataclasses.replace(result, tuned=dict(choice.tuned)) if choice.tuned else result
 
 
 def _final_replay(
@@ -266,8 +153,8 @@ def _final_replay(
             if carried is not None and _can_carry(config, carried):
                 carried.reject_oversized = config.reject_oversized
                 bar.advance(carried.served)
-                rest = _rest(source, carried.served)
-                return carried.feed(rest, bar.advance).result(shown)
+                remaining = rest(source, carried.served)
+                return carried.feed(remaining, bar.advance).result(shown)
             replay = SerialReplay(
                 _build(config, preset, capacity, extra),
                 config.cost,

@@ -1,0 +1,123 @@
+"""The one-time bootstrap replays of the simulator: Marconi's alpha and ``hycache``'s
+candidates, each chosen by replaying the first requests of the source (a window of
+``multiplier`` cache fills) once per choice.
+
+A :class:`Choice` says what won, what to record of it (``PolicyResult.tuned``) and which
+window replay may be carried on instead of replaying the window again (``hycache.sim.carry``).
+The replays themselves are the caller's (``replay(knobs, window)``): this module knows
+windows and scores, not how a cache is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hycache.policy.bootstrap import ScoreAll
+from hycache.policy.eviction.marconi import tune_alpha
+from hycache.policy.tuning import tune_knobs
+from hycache.sim.carry import HeadReplays
+from hycache.sim.request import Request
+from hycache.sim.serial import SerialReplay
+from hycache.sim.source import PrefixSource, Source
+from hycache.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Window:
+    """A bootstrap window: its first ``count`` requests of the source, as a source."""
+
+    requests: Source
+    count: int
+    #: whether that is all of the source
+    whole: bool
+
+
+#: replays ``window`` on a fresh cache built with ``knobs`` over the preset's
+Replay = Callable[[Mapping[str, object], Window], SerialReplay]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What a bootstrap chose: ``knobs`` over the preset's, ``tuned`` (the same and
+    ``window_requests``) for the result, and the winner's window replay to carry on (None:
+    none kept, or nothing was tuned)."""
+
+    knobs: Mapping[str, object] = field(default_factory=dict)
+    tuned: Mapping[str, object] = field(default_factory=dict)
+    carried: SerialReplay | None = None
+
+
+def bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> Window:
+    """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests, as a
+    source (a list, unless ``source`` is a :class:`PrefixSource`)."""
+    window: list[Request] = []
+    keep = not isinstance(source, PrefixSource)
+    count = 0
+    filled = 0
+    fill_count: int | None = None
+    per_token = spec.kv_bytes_per_token
+    for request in source():
+        count += 1
+        if keep:
+            window.append(request)
+        if fill_count is None:
+            filled += (request.prompt_len + request.output_len) * per_token + 2 * spec.state_bytes
+            if filled >= capacity:
+                fill_count = count
+        if fill_count is not None and count >= multiplier * fill_count:
+            break
+    whole = fill_count is None or count < multiplier * fill_count
+    if isinstance(source, PrefixSource):
+        prefix = source
+        return Window(lambda: prefix.window(0, count), count, whole)
+    return Window(lambda: window, count, whole)
+
+
+def choose_alpha(window: Window, replay: Replay, score_all: ScoreAll) -> Choice:
+    """Marconi's alpha (``tune_alpha``), scored by the prefill FLOPs each window replay saved."""
+    alphas: HeadReplays[float] = HeadReplays(window.count)
+
+    def score(alpha: float) -> float:
+        done = replay({"alpha": alpha}, window)
+        saved = done.result().prefill_flops_saved
+        alphas.offer(alpha, saved, done)
+        return saved
+
+    best, _scores = tune_alpha(score, score_all=score_all)
+    return Choice(
+        {"alpha": best}, {"alpha": best, "window_requests": window.count}, alphas.winner(best)
+    )
+
+
+def choose_knobs(
+    window_of: Callable[[int], Window],
+    multiplier: int,
+    candidates: Sequence[Mapping[str, object]],
+    margin: float,
+    replay: Replay,
+    score_all: ScoreAll,
+) -> Choice:
+    """``hycache``'s choice (``hycache.policy.tuning``) among ``candidates``, scored by the
+    tokens each window replay reused, on ``window_of(multiplier)``. A window in which no
+    candidate reused a single token tells them apart no better than a coin: it is doubled until
+    some candidate reuses something or it holds the whole source."""
+    while True:
+        window = window_of(multiplier)
+        kept: HeadReplays[Mapping[str, object]] = HeadReplays(window.count)
+
+        def score(
+            choice: Mapping[str, object],
+            window: Window = window,
+            kept: HeadReplays[Mapping[str, object]] = kept,
+        ) -> float:
+            done = replay(choice, window)
+            reused = float(done.cache.stats().reused_tokens)
+            kept.offer(choice, reused, done)
+            return reused
+
+        chosen, scores = tune_knobs(score, candidates, margin, score_all=score_all)
+        if any(scores) or window.whole:
+            tuned = {**chosen, "window_requests": window.count}
+            return Choice(chosen, tuned, kept.winner(chosen))
+        multiplier *= 2
