@@ -39,13 +39,20 @@ Replay = Callable[[Mapping[str, object], Window], SerialReplay]
 
 @dataclass(frozen=True)
 class Choice:
-    """What a bootstrap chose: ``knobs`` over the preset's, ``tuned`` (the same and
-    ``window_requests``) for the result, and the winner's window replay to carry on (None:
-    none kept, or nothing was tuned)."""
+    """What a bootstrap chose: ``knobs`` over the preset's, the requests its window held (None:
+    nothing was tuned), and the winner's window replay to carry on (None: none kept)."""
 
     knobs: Mapping[str, object] = field(default_factory=dict)
-    tuned: Mapping[str, object] = field(default_factory=dict)
+    window_requests: int | None = None
     carried: SerialReplay | None = None
+
+    @property
+    def tuned(self) -> dict[str, object]:
+        """The record for ``PolicyResult.tuned``: the knobs and ``window_requests``; empty
+        when nothing was tuned."""
+        if self.window_requests is None:
+            return {}
+        return {**self.knobs, "window_requests": self.window_requests}
 
 
 def bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> Window:
@@ -85,9 +92,7 @@ def choose_alpha(window: Window, replay: Replay, score_all: ScoreAll) -> Choice:
         return saved
 
     best, _scores = tune_alpha(score, score_all=score_all)
-    return Choice(
-        {"alpha": best}, {"alpha": best, "window_requests": window.count}, alphas.winner(best)
-    )
+    return Choice({"alpha": best}, window.count, alphas.winner(best))
 
 
 def choose_knobs(
@@ -118,6 +123,5 @@ def choose_knobs(
 
         chosen, scores = tune_knobs(score, candidates, margin, score_all=score_all)
         if any(scores) or window.whole:
-            tuned = {**chosen, "window_requests": window.count}
-            return Choice(chosen, tuned, kept.winner(chosen))
+            return Choice(chosen, window.count, kept.winner(chosen))
         multiplier *= 2

@@ -129,7 +129,8 @@ def run_policy(
             score_all,
         )
     result = _final_replay(config, preset, capacity, source, choice.knobs, choice.carried, total)
-    return dataclasses.replace(result, tuned=dict(choice.tuned)) if choice.tuned else result
+    tuned = choice.tuned
+    return dataclasses.replace(result, tuned=tuned) if tuned else result
 
 
 def _final_replay(
