@@ -11,7 +11,7 @@ all accept).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from hycache.components.base import Component
 from hycache.errors import CacheUsageError, IntegrityError
@@ -64,6 +64,12 @@ class RadixTree:
         self._roots: dict[str | None, Node] = {}
         self._page_bytes = page_size * TOKEN_BYTES
         self.version = 0  # bumped by every structural change (node added, split or removed)
+        self._leaf_watchers: list[Callable[[Node], None]] = []
+
+    def watch_leaves(self, callback: Callable[[Node], None]) -> None:
+        """Call ``callback(node)`` whenever ``node`` loses its last child (it may be removed
+        itself right after, if it is left empty)."""
+        self._leaf_watchers.append(callback)
 
     # ------------------------------------------------------------------ navigation
     def root(self, namespace: str | None) -> Node:
@@ -408,6 +414,9 @@ class RadixTree:
             del parent.children[current.key[: self._page_bytes]]
             self.version += 1
             current.parent = None
+            if not parent.children:
+                for callback in self._leaf_watchers:
+                    callback(parent)
             current = parent
 
     def remove_leaf(self, node: Node) -> None:

@@ -3,7 +3,11 @@
 Every cached entry is a (node, component) pair. A policy gives each entry a *key*; the entry
 with the smallest key goes first. Keys live in one lazy min-heap per pool resource: updating a
 key pushes a new heap entry and the old one is skipped when popped. An entry that cannot go now
-(locked node, attention KV on a non-leaf) is set aside until the round ends.
+(locked node) is set aside until the round ends; attention KV popped on a node that still has
+children is *parked* with its node until the node loses its last child (the tree says when), so
+a chain's inner KV is not popped and pushed back in every round. A parked entry comes back
+exactly where the lazy heap would have offered it: at once if this round has not yet popped
+past it, else when the round ends.
 
 Eligibility is shared by all: attention KV only leaves a leaf (removing the node with all its
 data); a state can leave any node (an internal node keeps its KV: a tombstone).
@@ -41,6 +45,10 @@ class HeapEviction(EvictionPolicy):
         self._heaps: dict[str, list[Entry]] = {}
         self._current: dict[tuple[Node, int], Key] = {}
         self._stash: list[tuple[str, Entry]] = []
+        #: attention KV entries popped on a node with children, by node (see the module doc)
+        self._parked: dict[Node, list[tuple[str, Entry]]] = {}
+        #: per resource, the largest entry popped in this round (None: none yet)
+        self._round_top: dict[str, Entry | None] = {}
         self._seq = itertools.count()
         self._entries = 0  # heap entries pushed since the last compaction, plus those kept
         self._kept = 0  # live entries kept by the last compaction
@@ -50,9 +58,12 @@ class HeapEviction(EvictionPolicy):
         self._view = context  # ``context`` without the property's check, on hot paths
         self._components = context.tree.components
         self._resource = {c.slot: context.resource_of(c.kind) for c in self._components}
+        self._is_kv = tuple(not isinstance(c, RecurrentComponent) for c in self._components)
         for resource in self._resource.values():
             self._heaps.setdefault(resource, [])
+            self._round_top[resource] = None
         self._bind_heaps()
+        context.tree.watch_leaves(self._unpark)
 
     def _bind_heaps(self) -> None:
         """Per component slot, the heap its entries go to (after every swap of ``_heaps``)."""
@@ -100,7 +111,12 @@ class HeapEviction(EvictionPolicy):
                     first[ident] = entry
             heaps[resource] = list(first.values())
             heapq.heapify(heaps[resource])
-        self._current, self._heaps = live, heaps
+        parked: dict[Node, list[tuple[str, Entry]]] = {}
+        for node, entries in self._parked.items():
+            kept = [(r, e) for r, e in entries if live.get((node, e[3])) == e[0]]
+            if kept:
+                parked[node] = kept
+        self._current, self._heaps, self._parked = live, heaps, parked
         self._bind_heaps()
         self._kept = self._entries = len(live)
         self.forget(live.keys())
@@ -149,41 +165,78 @@ class HeapEviction(EvictionPolicy):
     def evicted(self, node: Node, component: Component, key: Key) -> None:
         """Called after an entry was chosen (GDSF inflates its clock here)."""
 
+    def _unpark(self, node: Node) -> None:
+        """``node`` lost its last child: its parked entries go back in, each where the lazy
+        heap would have it (not yet reached in this round: the heap; passed: the stash)."""
+        entries = self._parked.pop(node, None)
+        if entries is None:
+            return
+        for resource, entry in entries:
+            top = self._round_top[resource]
+            if top is not None and entry < top:
+                self._stash.append((resource, entry))
+            else:
+                heapq.heappush(self._heaps[resource], entry)
+
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         heap = self._heaps.get(resource)
         components = self._components
         current_of = self._current
         session_aware = self.session_aware
-        while heap:
-            entry = heapq.heappop(heap)
-            key, _, node, slot = entry
-            ident = (node, slot)
-            current = current_of.get(ident)
-            if current is None or current != key:
-                continue  # superseded by a newer key, or already gone
-            component = components[slot]
-            if node.parent is None or node.data[slot] is None:
-                del current_of[ident]
-                continue
-            live = self._view.is_live(node) if session_aware else False
-            if session_aware and (key[0] == 1.0) != live:
-                # liveness changed: re-file with the same base key (re-computing it would
-                # count as a fresh access: GDSF's aging clock has moved on since)
-                refiled = (1.0 if live else 0.0, *key[1:])
-                self._current[ident] = refiled
-                heapq.heappush(heap, (refiled, next(self._seq), node, slot))
-                continue
-            if self.pinned(node, component) or (
-                not isinstance(component, RecurrentComponent) and node.children
-            ):
-                self._stash.append((resource, entry))
-                continue
+        is_kv = self._is_kv
+        top = self._round_top.get(resource)
+        try:
+            while heap:
+                entry = heapq.heappop(heap)
+                if top is None or entry > top:
+                    top = entry
+                victim = self._consider(resource, entry, current_of, session_aware, is_kv)
+                if victim is not None:
+                    component = components[entry[3]]
+                    del current_of[(entry[2], entry[3])]
+                    self.evicted(entry[2], component, entry[0])
+                    return entry[2], component
+            return None
+        finally:
+            self._round_top[resource] = top
+
+    def _consider(
+        self,
+        resource: str,
+        entry: Entry,
+        current_of: dict[tuple[Node, int], Key],
+        session_aware: bool,
+        is_kv: tuple[bool, ...],
+    ) -> Node | None:
+        """The popped ``entry``'s node if it may go now; else it is dropped, re-filed,
+        parked or stashed, and None."""
+        key, _, node, slot = entry
+        ident = (node, slot)
+        current = current_of.get(ident)
+        if current is None or current != key:
+            return None  # superseded by a newer key, or already gone
+        if node.parent is None or node.data[slot] is None:
             del current_of[ident]
-            self.evicted(node, component, key)
-            return node, component
-        return None
+            return None
+        live = self._view.is_live(node) if session_aware else False
+        if session_aware and (key[0] == 1.0) != live:
+            # liveness changed: re-file with the same base key (re-computing it would
+            # count as a fresh access: GDSF's aging clock has moved on since)
+            refiled = (1.0 if live else 0.0, *key[1:])
+            self._current[ident] = refiled
+            heapq.heappush(self._heaps[resource], (refiled, next(self._seq), node, slot))
+            return None
+        if is_kv[slot] and node.children:
+            self._parked.setdefault(node, []).append((resource, entry))
+            return None
+        if self.pinned(node, self._components[slot]):
+            self._stash.append((resource, entry))
+            return None
+        return node
 
     def end_round(self) -> None:
         for resource, entry in self._stash:
             heapq.heappush(self._heaps[resource], entry)
         self._stash.clear()
+        for resource in self._round_top:
+            self._round_top[resource] = None
