@@ -81,6 +81,7 @@ VARIANTS = (
     Variant("exponent", ("hycache.exponent=1",)),
     Variant("aging_horizon", ("hycache.aging_horizon=0",)),
     Variant("learn_aging", ("hycache.learn_aging=false",)),
+    Variant("pin_reused_guesses", ("hycache.pin_reused_guesses=false",), engine_only=True),
     Variant("read_matched_kv", ("hycache.read_matched_kv=false",), engine_only=True),
     Variant(
         "reserve_checkpoint_slot", ("hycache.reserve_checkpoint_slot=false",), engine_only=True

@@ -311,12 +311,12 @@ def test_a_spare_never_causes_an_endless_wait() -> None:
 
 
 # ====================================================================== value eviction pins
-def value_cache(budget: int = BIG) -> HybridPrefixCache:
+def value_cache(budget: int = BIG, *, pin_reused_guesses: bool = True) -> HybridPrefixCache:
     return make(
         tiny_spec(),
         budget,
         planner=Points(prompt_end=False, branch=False, final=False),
-        eviction=ValueEviction(pins_published_state=False),
+        eviction=ValueEviction(pins_published_state=False, pin_reused_guesses=pin_reused_guesses),
     )
 
 
@@ -363,10 +363,12 @@ def test_an_own_tail_guess_is_kept_while_its_request_decodes_only_if_cheap_or_pr
     reason: str, cheap: bool
 ) -> None:
     """A request stored a state at 64 when it published its prompt and decodes behind it:
-    its own lock is the only one passing there. A tail guess stays pinned only while a
-    state is at most 1/64 of the budget, or once a request resumed from it."""
+    its own lock is the only one passing there. Without the reuse-rate rule, a tail guess
+    stays pinned only while a state is at most 1/64 of the budget, or once a request resumed
+    from it."""
     spec = tiny_spec()
-    cache = value_cache(round(spec.state_bytes / CHEAP_GUESS_SHARE) - (0 if cheap else 1))
+    budget = round(spec.state_bytes / CHEAP_GUESS_SHARE) - (0 if cheap else 1)
+    cache = value_cache(budget, pin_reused_guesses=False)
     assert cache.recurrent is not None
     doc = seq(0, 256)
     lease = admit(cache, doc, max_new=4)
@@ -384,6 +386,39 @@ def test_an_own_tail_guess_is_kept_while_its_request_decodes_only_if_cheap_or_pr
     assert cache.eviction.pinned(node, cache.recurrent)  # proven now
     cache.extend(lease, seq(9000, 4))
     finish(cache, lease)
+
+
+@pytest.mark.parametrize("tails_pay", [True, False])
+def test_an_own_tail_guess_is_kept_while_tail_states_pay_as_well_as_the_average(
+    tails_pay: bool,
+) -> None:
+    """A dear tail guess its own request decodes behind stays pinned while tail states are
+    resumed from at least as often as states on average, ``(hits + 1) / (stored + 2)`` each:
+    here two branch states resumed from once each, two earlier tail guesses twice each or never;
+    with the new guess, tails (4 + 1) / (3 + 2) against (6 + 1) / (5 + 2) for all (pinned), or
+    (0 + 1) / 5 against (2 + 1) / 7 (not)."""
+    spec = tiny_spec()
+    cache = value_cache(round(spec.state_bytes / CHEAP_GUESS_SHARE) - 1)
+    assert cache.recurrent is not None
+    for k, reason in enumerate(["branch", "branch", "tail", "tail"]):
+        base = seq(10_000 * (k + 1), 128)
+        earlier = admit(cache, base)
+        cache.record_checkpoint(earlier, 64, reason)
+        finish(cache, earlier)
+        for extra in range(1 if reason == "branch" else 2 if tails_pay else 0):
+            again = admit(cache, [*base[:64], *seq(50_000 + 100 * extra + k, 8)])
+            assert again.hit == 64
+            cache.abort(again)
+    doc = seq(0, 256)
+    lease = admit(cache, doc, max_new=4)
+    cache.record_checkpoint(lease, 64, "tail")
+    assert cache.publish(lease).states_inserted == (64,)
+    (node,) = lease.published
+    assert node.hits == 0 and not cache.holds.passed_by_others(node)
+    assert cache.eviction.pinned(node, cache.recurrent) == tails_pay
+    cache.extend(lease, seq(9000, 4))
+    finish(cache, lease)
+    cache.check_integrity()
 
 
 def test_hycache_preset_turns_the_three_on_and_the_others_keep_them_off() -> None:

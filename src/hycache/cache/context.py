@@ -87,5 +87,9 @@ class CacheView:
         c = self._counters
         return (c.reason_hits[reason] + 1) / (c.reason_inserted[reason] + 2)
 
+    def mean_state_reuse_rate(self) -> float:
+        c = self._counters
+        return (sum(c.reason_hits.values()) + 1) / (sum(c.reason_inserted.values()) + 2)
+
     def passed_by_others(self, node: Node) -> bool:
         return self._holds.passed_by_others(node)

@@ -226,6 +226,13 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "of the budget, in (0, 1]",
         "-",
     ),
+    "pin_reused_guesses": Knob(
+        True,
+        bool,
+        "value eviction: an unproven tail guess is also pinned while tail states are resumed "
+        "from at least as often as states on average (false: only while cheap)",
+        "-",
+    ),
     "spare_slot_share": Knob(
         SPARE_SLOT_SHARE,
         float,
@@ -305,6 +312,7 @@ def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
             learn_aging=bool(k["learn_aging"]),
             typical_window=positive("hycache", "typical_window", k["typical_window"]),
             cheap_guess_share=share("hycache", "cheap_guess_share", k["cheap_guess_share"]),
+            pin_reused_guesses=bool(k["pin_reused_guesses"]),
         )
     return GDSFEviction(
         session_aware=session_aware, use_frequency=name == "gdsf", pins_published_state=pins

@@ -60,6 +60,9 @@ class EvictionContext(Protocol):
     def state_reuse_rate(self, node: Node) -> float:
         """``(hits + 1) / (stored + 2)`` of the checkpoint reason of the state at ``node``."""
 
+    def mean_state_reuse_rate(self) -> float:
+        """``(hits + 1) / (stored + 2)`` over the states of every checkpoint reason."""
+
     def passed_by_others(self, node: Node) -> bool:
         """Whether a lock other than that of the request that published ``node``'s state
         passes through ``node``."""

@@ -69,6 +69,7 @@ class ValueEviction(HeapEviction):
         pins_published_state: bool = True,
         typical_window: int = TYPICAL_WINDOW,
         cheap_guess_share: float = CHEAP_GUESS_SHARE,
+        pin_reused_guesses: bool = True,
     ) -> None:
         super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
@@ -81,6 +82,7 @@ class ValueEviction(HeapEviction):
         self.learn_superseded = learn_superseded
         self.typical_window = typical_window
         self.cheap_guess_share = cheap_guess_share
+        self.pin_reused_guesses = pin_reused_guesses
         self._superseded_hits = 0
         self._frontier_hits = 0
         self._typical = 0.0
@@ -217,10 +219,13 @@ class ValueEviction(HeapEviction):
         is the state at a lock that only holds KV (a request's published prompt, or the KV it
         reads in place past its resume point). A ``tail`` guess that only the request which
         took it passes (it decodes behind it and never reads it) is kept so only once some
-        request resumed from it, or while that is cheap (``_guesses_are_cheap``): on the
-        Mooncake synthetic trace, engine mode, tails are nearly all the reuse; where the
-        budget holds a few dozen states, such a pinned guess costs a request's slot in a
-        burst (shared-prefix, 40%: TTFT p95 0.33 s, 0.12 s without)."""
+        request resumed from it, while that is cheap (``_guesses_are_cheap``), or (with
+        ``pin_reused_guesses``) while tail states are resumed from at least as often as
+        states on average: on the Mooncake synthetic trace, engine mode, and where questions
+        on one document arrive together, the guess is what the next arrivals resume from;
+        where the budget holds a few dozen states and the guesses rarely pay, a pinned guess
+        costs a request's slot in a burst (shared-prefix, 40%: TTFT p95 0.33 s, 0.12 s
+        without)."""
         if super().pinned(node, component):
             return True
         if not (node.lock_ref > 0 and isinstance(component, RecurrentComponent)):
@@ -233,9 +238,16 @@ class ValueEviction(HeapEviction):
             self._view.state_reason(node) == "tail"
             and not (node.hits or self._guesses_are_cheap())
             and not self._view.passed_by_others(node)
+            and not (self.pin_reused_guesses and self._guesses_pay(node))
         ):
             return False  # an unproven guess only its own request passes, and memory is dear
         return not self._superseded(node)
+
+    def _guesses_pay(self, node: Node) -> bool:
+        """Whether states of the guess's reason (``tail``) are resumed from at least as often
+        as states of all reasons together (both as ``(hits + 1) / (stored + 2)``)."""
+        view = self._view
+        return view.state_reuse_rate(node) >= view.mean_state_reuse_rate()
 
     def _guesses_are_cheap(self) -> bool:
         """Whether pinning a speculative state costs little: a state is at most
