@@ -36,6 +36,7 @@ from hycache.components.recurrent import RecurrentComponent
 from hycache.errors import IntegrityError
 from hycache.policy.eviction.aging import AgingClocks
 from hycache.policy.eviction.base import EvictionContext
+from hycache.policy.eviction.guesses import GuessPins
 from hycache.policy.eviction.heap import HeapEviction, Key
 from hycache.tree.node import Node
 
@@ -81,8 +82,7 @@ class ValueEviction(HeapEviction):
         self.learn_aging = learn_aging
         self.learn_superseded = learn_superseded
         self.typical_window = typical_window
-        self.cheap_guess_share = cheap_guess_share
-        self.pin_reused_guesses = pin_reused_guesses
+        self._guesses = GuessPins(cheap_share=cheap_guess_share, pin_reused=pin_reused_guesses)
         self._superseded_hits = 0
         self._frontier_hits = 0
         self._typical = 0.0
@@ -212,50 +212,39 @@ class ValueEviction(HeapEviction):
             if node.parent is not None:
                 self._dirty.append(node.parent)  # may become a leaf
 
+    @property
+    def cheap_guess_share(self) -> float:
+        return self._guesses.cheap_share
+
+    @property
+    def pin_reused_guesses(self) -> bool:
+        return self._guesses.pin_reused
+
     def pinned(self, node: Node, component: Component) -> bool:
         """Also keeps a state that running requests pass through (a lock goes on below it) if
         it is a branch point, or the deepest state of its chain: a shared prefix's state is
         what the next arrivals resume from; an old turn of a conversation is not, and neither
         is the state at a lock that only holds KV (a request's published prompt, or the KV it
         reads in place past its resume point). A ``tail`` guess that only the request which
-        took it passes (it decodes behind it and never reads it) is kept so only once some
-        request resumed from it, while that is cheap (``_guesses_are_cheap``), or (with
-        ``pin_reused_guesses``) while tail states are resumed from at least as often as
-        states on average: on the Mooncake synthetic trace, engine mode, and where questions
-        on one document arrive together, the guess is what the next arrivals resume from;
-        where the budget holds a few dozen states and the guesses rarely pay, a pinned guess
-        costs a request's slot in a burst (shared-prefix, 40%: TTFT p95 0.33 s, 0.12 s
-        without)."""
+        took it passes (it decodes behind it and never reads it) is kept as
+        :mod:`hycache.policy.eviction.guesses` says."""
         if super().pinned(node, component):
             return True
         if not (node.lock_ref > 0 and isinstance(component, RecurrentComponent)):
             return False
-        if not self._view.tree.locks_passing(node):
+        view = self._view
+        if not view.tree.locks_passing(node):
             return False  # locks only end here: KV-only locks (nobody will read this state)
         if len(node.children) > 1:
             return True  # a branch point: the fallback of every continuation below
-        if (
-            self._view.state_reason(node) == "tail"
-            and not (node.hits or self._guesses_are_cheap())
-            and not self._view.passed_by_others(node)
-            and not (self.pin_reused_guesses and self._guesses_pay(node))
+        state = self._state
+        if state is None:
+            raise IntegrityError("broken invariant: a state pinned without a recurrent group")
+        if view.state_reason(node) == "tail" and not self._guesses.keeps(
+            view, node, state.bytes_per_state
         ):
             return False  # an unproven guess only its own request passes, and memory is dear
         return not self._superseded(node)
-
-    def _guesses_pay(self, node: Node) -> bool:
-        """Whether states of the guess's reason (``tail``) are resumed from at least as often
-        as states of all reasons together (both as ``(hits + 1) / (stored + 2)``)."""
-        view = self._view
-        return view.state_reuse_rate(node) >= view.mean_state_reuse_rate()
-
-    def _guesses_are_cheap(self) -> bool:
-        """Whether pinning a speculative state costs little: a state is at most
-        ``cheap_guess_share`` of the budget."""
-        state = self._state
-        if not (state is not None):
-            raise IntegrityError("broken invariant: state is not None")
-        return state.bytes_per_state <= self._view.budget_bytes * self.cheap_guess_share
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         self._settle()
