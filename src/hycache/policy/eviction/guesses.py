@@ -22,7 +22,7 @@ from hycache.tree.node import Node
 
 
 class GuessPins:
-    """The rule above, for one cache (``view``); ``cheap_share`` in (0, 1]."""
+    """The rule above; ``cheap_share`` in (0, 1]. ``keeps`` asks the cache's ``view``."""
 
     def __init__(self, *, cheap_share: float, pin_reused: bool) -> None:
         if not 0 < cheap_share <= 1:

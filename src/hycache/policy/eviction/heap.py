@@ -180,44 +180,35 @@ class HeapEviction(EvictionPolicy):
 
     def next_victim(self, resource: str) -> tuple[Node, Component] | None:
         heap = self._heaps.get(resource)
-        components = self._components
-        current_of = self._current
-        session_aware = self.session_aware
-        is_kv = self._is_kv
         top = self._round_top.get(resource)
         try:
             while heap:
                 entry = heapq.heappop(heap)
                 if top is None or entry > top:
                     top = entry
-                victim = self._consider(resource, entry, current_of, session_aware, is_kv)
-                if victim is not None:
-                    component = components[entry[3]]
-                    del current_of[(entry[2], entry[3])]
-                    self.evicted(entry[2], component, entry[0])
-                    return entry[2], component
+                if self._may_go(resource, entry):
+                    key, _, node, slot = entry
+                    component = self._components[slot]
+                    del self._current[(node, slot)]
+                    self.evicted(node, component, key)
+                    return node, component
             return None
         finally:
             self._round_top[resource] = top
 
-    def _consider(
-        self,
-        resource: str,
-        entry: Entry,
-        current_of: dict[tuple[Node, int], Key],
-        session_aware: bool,
-        is_kv: tuple[bool, ...],
-    ) -> Node | None:
-        """The popped ``entry``'s node if it may go now; else it is dropped, re-filed,
-        parked or stashed, and None."""
+    def _may_go(self, resource: str, entry: Entry) -> bool:
+        """Whether the popped ``entry`` may go now; if not, it is dropped (superseded or
+        gone), re-filed, parked or stashed."""
         key, _, node, slot = entry
         ident = (node, slot)
+        current_of = self._current
         current = current_of.get(ident)
         if current is None or current != key:
-            return None  # superseded by a newer key, or already gone
+            return False  # superseded by a newer key, or already gone
         if node.parent is None or node.data[slot] is None:
             del current_of[ident]
-            return None
+            return False
+        session_aware = self.session_aware
         live = self._view.is_live(node) if session_aware else False
         if session_aware and (key[0] == 1.0) != live:
             # liveness changed: re-file with the same base key (re-computing it would
@@ -225,14 +216,14 @@ class HeapEviction(EvictionPolicy):
             refiled = (1.0 if live else 0.0, *key[1:])
             self._current[ident] = refiled
             heapq.heappush(self._heaps[resource], (refiled, next(self._seq), node, slot))
-            return None
-        if is_kv[slot] and node.children:
+            return False
+        if self._is_kv[slot] and node.children:
             self._parked.setdefault(node, []).append((resource, entry))
-            return None
+            return False
         if self.pinned(node, self._components[slot]):
             self._stash.append((resource, entry))
-            return None
-        return node
+            return False
+        return True
 
     def end_round(self) -> None:
         for resource, entry in self._stash:
