@@ -33,8 +33,9 @@ COMPILED = (
     "sim/hardware.py",
     "sim/parsed.py",
 )
-#: kept interpreted inside those folders: the checked public entry points and the
-#: construction-time code that checks user input (cache presets, knobs, configs)
+#: kept interpreted inside those folders: the checked public entry points, the
+#: construction-time code that checks user input (cache presets, knobs, configs) and what
+#: mypyc cannot compile
 INTERPRETED = (
     "cache/facade.py",
     "cache/validate.py",
@@ -44,6 +45,9 @@ INTERPRETED = (
     "cache/knobs.py",
     "cache/config.py",
     "cache/tierconfig.py",
+    # generic frozen dataclasses (a bootstrap's outcome), which mypyc does not compile; once
+    # per bootstrap, not hot
+    "policy/bootstrap.py",
 )
 
 

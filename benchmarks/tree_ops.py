@@ -7,6 +7,8 @@ holds the remainder of input_length.
 
     python benchmarks/tree_ops.py [TRACE] [--page-size 16] [--input key|list]
 
+TRACE is Mooncake JSON lines, plain or gzip-compressed (a name ending in ``.gz``).
+
 ``--input key`` (default) hands the tree its native int64 key (bytes, as an engine holding
 token ids in an array would); ``--input list`` hands it Python lists of ints, so the timed
 calls include encoding them.
@@ -26,6 +28,7 @@ from pathlib import Path
 from hycache.components.full import FullComponent
 from hycache.components.recurrent import RecurrentComponent
 from hycache.memory.unbounded import UnboundedStore
+from hycache.sim.trace import open_trace
 from hycache.tree.keys import decode_tokens, encode_tokens, key_length
 from hycache.tree.radix import RadixTree
 
@@ -58,7 +61,7 @@ def main() -> None:
     requests = total = reused = kv_hit = 0
     match_s = insert_s = 0.0
     clock = time.perf_counter
-    with open(args.trace, encoding="utf-8") as trace:
+    with open_trace(args.trace) as trace:  # plain or gzip (a name ending in .gz)
         for line in trace:
             record = json.loads(line)
             key = expand(record["hash_ids"], record["input_length"])

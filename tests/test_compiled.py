@@ -110,3 +110,17 @@ def test_compiled_classes_keep_abc_caches_of_their_own() -> None:
         "print(asked, all('_abc_impl' in vars(c) for c in FullComponent.__mro__[:3]))\n"
     )
     assert _run(_fast_python(), code).split() == ["[False,", "False,", "True,", "True]", "True"]
+
+
+def test_a_parsed_trace_switches_its_keys_in_the_compiled_build() -> None:
+    """``ParsedTrace.with_run_keys`` (``benchmarks/simulate_speed.py``) on a compiled class."""
+    code = (
+        "from hycache.sim.trace_cache import load_trace\n"
+        f"parsed = load_trace({str(TRACE)!r}, limit=30)\n"
+        "runs, ids = parsed.with_run_keys(True), parsed.with_run_keys(False)\n"
+        "print(runs.run_keys, ids.run_keys, len(ids), sum(r.prompt_len for r in ids()))\n"
+        "print(len(list(runs())), sum(r.prompt_len for r in runs()))\n"
+    )
+    fast = _run(_fast_python(), code)
+    assert fast == _run(sys.executable, code)
+    assert fast.split()[:3] == ["True", "False", "30"]

@@ -34,7 +34,7 @@ from hycache.policy.eviction.base import EvictionPolicy
 from hycache.policy.eviction.gdsf import GDSFEviction
 from hycache.policy.eviction.heap import COMPACT_SLACK, HeapEviction
 from hycache.policy.eviction.lru import LRUEviction
-from hycache.policy.eviction.marconi import ALPHA_GRID, MarconiEviction, tune_alpha
+from hycache.policy.eviction.marconi import ALPHA_GRID, MarconiEviction, pick_alpha
 from hycache.spec.model import FullAttentionGroup, ModelSpec, RecurrentGroup
 from hycache.tree.node import Node
 
@@ -347,18 +347,15 @@ def test_marconi_refreshes_only_the_deepest_matched_node() -> None:
     assert cache.lookup(seq(0, 64))[1] == 64  # its KV stays: the child needs it
 
 
-def test_tune_alpha_picks_the_best_replay() -> None:
-    best, scores = tune_alpha(lambda a: -((a - 1.3) ** 2))
-    assert best == pytest.approx(1.3)
-    assert set(scores) == set(ALPHA_GRID) and len(ALPHA_GRID) == 21
-    assert ALPHA_GRID[0] == 0.0 and ALPHA_GRID[-1] == 2.0
-    best, _ = tune_alpha(lambda a: 5.0)  # ties go to the smallest alpha
-    assert best == 0.0
-    best, scores = tune_alpha(lambda a: float(a > 0.5), grid=(0.5, 1.0, 3.0))
-    assert best == 1.0 and scores == {0.5: 0.0, 1.0: 1.0, 3.0: 1.0}
+def test_pick_alpha_picks_the_best_replay() -> None:
+    scores = [-((a - 1.3) ** 2) for a in ALPHA_GRID]
+    assert ALPHA_GRID[pick_alpha(ALPHA_GRID, scores)] == pytest.approx(1.3)
+    assert len(ALPHA_GRID) == 21 and ALPHA_GRID[0] == 0.0 and ALPHA_GRID[-1] == 2.0
+    assert pick_alpha(ALPHA_GRID, [5.0] * 21) == 0  # ties go to the smallest alpha
+    assert pick_alpha((3.0, 1.0, 0.5), [1.0, 1.0, 0.0]) == 1  # the smallest, not the first
 
 
-def test_tune_alpha_on_a_replay_of_the_cache() -> None:
+def test_pick_alpha_on_a_replay_of_the_cache() -> None:
     """A real bootstrap replay: the FLOPs saved depend on alpha, and the winner is one of
     the grid values with the top score."""
     s = spec()
@@ -377,8 +374,9 @@ def test_tune_alpha_on_a_replay_of_the_cache() -> None:
             cache.finish(lease)
         return saved
 
-    best, scores = tune_alpha(replay, grid=(0.0, 1.0, 2.0))
-    assert scores[best] == max(scores.values())
+    grid = (0.0, 1.0, 2.0)
+    scores = [replay(alpha) for alpha in grid]
+    assert scores[pick_alpha(grid, scores)] == max(scores)
 
 
 # ====================================================================== admission

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from hycache.cache.knobs import KnobValue
-from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, tune_knobs
+from hycache.policy.bootstrap import Outcome, in_order
+from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, pick_knobs
 from hycache.sim import bootstrap as sim_bootstrap
 from hycache.sim import simulate
 from hycache.sim.cost import CostModel
@@ -21,33 +22,26 @@ from hycache.sim.workloads import generate
 from hycache.spec.model import load_spec
 
 
-def _scored(table: list[float]):  # type: ignore[no-untyped-def]
-    return lambda knobs: table[CANDIDATES.index(knobs)]
-
-
 def test_the_default_wins_unless_another_candidate_is_clearly_better() -> None:
     margin = 0.1
     close = [100.0] + [100.0 * (1 + margin / 2)] * (len(CANDIDATES) - 1)
-    assert tune_knobs(_scored(close), margin=margin)[0] is CANDIDATES[0]
+    assert pick_knobs(close, margin=margin) == 0
     far = [100.0] + [100.0 * (1 + 2 * margin)] + [0.0] * (len(CANDIDATES) - 2)
-    chosen, got = tune_knobs(_scored(far), margin=margin)
-    assert chosen is CANDIDATES[1] and got == far
+    assert pick_knobs(far, margin=margin) == 1
 
 
 def test_the_margin_is_a_parameter() -> None:
     close = [100.0] + [105.0] * (len(CANDIDATES) - 1)
-    assert tune_knobs(_scored(close), margin=0.0)[0] is CANDIDATES[1]
-    assert tune_knobs(_scored(close), margin=0.1)[0] is CANDIDATES[0]
+    assert pick_knobs(close, margin=0.0) == 1
+    assert pick_knobs(close, margin=0.1) == 0
 
 
 def test_by_default_the_best_score_wins_and_ties_go_to_the_first() -> None:
     assert MARGIN == 0.0
     clock_best = [100.0, 90.0, 101.0]
-    assert tune_knobs(_scored(clock_best))[0] is CANDIDATES[2]
-    tied = [100.0, 100.0, 100.0]
-    assert tune_knobs(_scored(tied))[0] is CANDIDATES[0]
-    later_tie = [90.0, 100.0, 100.0]
-    assert tune_knobs(_scored(later_tie))[0] is CANDIDATES[1]
+    assert pick_knobs(clock_best) == 2
+    assert pick_knobs([100.0, 100.0, 100.0]) == 0
+    assert pick_knobs([90.0, 100.0, 100.0]) == 1
 
 
 def test_the_clock_candidate_is_left_out_where_the_user_decided() -> None:
@@ -64,11 +58,11 @@ def test_the_clock_candidate_is_left_out_where_the_user_decided() -> None:
 def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[float] = []
 
-    def spy(replay, candidates=CANDIDATES, margin=MARGIN, **_):  # type: ignore[no-untyped-def]
+    def spy(scores, margin=MARGIN):  # type: ignore[no-untyped-def]
         seen.append(margin)
-        return candidates[0], [0.0] * len(candidates)
+        return 0
 
-    monkeypatch.setattr(sim_bootstrap, "tune_knobs", spy)
+    monkeypatch.setattr(sim_bootstrap, "pick_knobs", spy)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(
         spec, CostModel(spec, hardware("h200")), knobs={"hycache": {"tune_margin": 0.25}}
@@ -102,15 +96,15 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
         assert window.count == windows[-1][0]
         return window
 
-    def blind(replay, candidates=CANDIDATES, margin=MARGIN, **_):  # type: ignore[no-untyped-def]
-        return candidates[0], [0.0] * len(candidates)
+    def blind(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
+        """Every candidate scored 0, as if no window replay reused a token."""
+        return in_order(lambda c: (replay(c), 0.0)[1], candidates, pick, finish)
 
     monkeypatch.setattr(simulate, "bootstrap_window", recorded)
-    monkeypatch.setattr(sim_bootstrap, "tune_knobs", blind)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
     source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
-    run_policy(config, "hycache", 5 * 10**8, source)
+    run_policy(config, "hycache", 5 * 10**8, source, contest=blind)
     sizes = [size for size, _ in windows]
     wholes = [whole for _, whole in windows]
     assert len(windows) >= 3 and wholes == [False] * (len(sizes) - 1) + [True]
@@ -119,20 +113,17 @@ def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
 
 
 def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[list[float]] = []
-    real = sim_bootstrap.tune_knobs
+    calls: list[Outcome[object]] = []
 
-    def counted(replay, candidates=CANDIDATES, margin=MARGIN, **kwargs):  # type: ignore[no-untyped-def]
-        chosen, scores = real(replay, candidates, margin, **kwargs)
-        calls.append(scores)
-        return chosen, scores
+    def counted(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
+        calls.append(in_order(replay, candidates, pick, finish))
+        return calls[-1]
 
-    monkeypatch.setattr(sim_bootstrap, "tune_knobs", counted)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
     source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
-    run_policy(config, "hycache", 5 * 10**8, source)
-    assert len(calls) == 1 and any(calls[0])
+    run_policy(config, "hycache", 5 * 10**8, source, contest=counted)
+    assert len(calls) == 1 and any(calls[0].scores) and calls[0].picked is not None
 
 
 def _twice_at_5_percent() -> tuple[SimulationConfig, Callable[[], list[Request]], int]:
@@ -161,16 +152,14 @@ def test_a_user_decision_keeps_the_clock_out_of_tuning(
     monkeypatch: pytest.MonkeyPatch, knobs: dict[str, KnobValue]
 ) -> None:
     tried: list[tuple[Mapping[str, object], ...]] = []
-    real = sim_bootstrap.tune_knobs
 
-    def spied(replay, candidates=CANDIDATES, margin=MARGIN, **kwargs):  # type: ignore[no-untyped-def]
+    def spied(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
         tried.append(tuple(candidates))
-        return real(replay, candidates, margin, **kwargs)
+        return in_order(replay, candidates, pick, finish)
 
-    monkeypatch.setattr(sim_bootstrap, "tune_knobs", spied)
     config, source, capacity = _twice_at_5_percent()
     config = dataclasses.replace(config, knobs={"hycache": knobs})
-    result = run_policy(config, "hycache", capacity, source)
+    result = run_policy(config, "hycache", capacity, source, contest=spied)
     assert tried == [candidates_for(())[:2]]
     assert result.knobs["aging_horizon"] == knobs.get("aging_horizon", 1600)
 

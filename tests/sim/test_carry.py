@@ -141,5 +141,39 @@ def test_no_carry_under_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
     config = _config(tiers=TierConfig(1 << 30))
     capacity = footprint_bytes(_config(), source) // 10
     seen = _carried(monkeypatch)
+    offered = _offered(monkeypatch)
     run_policy(config, "marconi", capacity, source)
-    assert [did for did, _head in seen] == [False]
+    assert seen == [] and offered == []  # nothing kept for a run that cannot carry it on
+
+
+@pytest.mark.parametrize("preset", ["marconi", "hycache"])
+def test_window_replays_are_kept_only_for_a_serial_run(
+    monkeypatch: pytest.MonkeyPatch, preset: str
+) -> None:
+    """An engine-mode run replays from the start: holding a window replay's cache through it
+    would only cost memory."""
+
+    def source() -> Iterator[Request]:
+        return generate("chat", requests=60, seed=1)
+
+    capacity = footprint_bytes(_config(), source) // 10
+    offered = _offered(monkeypatch)
+    run_policy(_config(mode="engine"), preset, capacity, source)
+    assert offered == []
+    run_policy(_config(), preset, capacity, source)
+    assert offered
+
+
+def _offered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records the head of every window replay offered to be carried on."""
+    offered: list[int] = []
+    real = HeadReplays.offer
+
+    def spy(
+        self: HeadReplays[object], candidate: object, score: float, replay: SerialReplay
+    ) -> None:
+        offered.append(self.head)
+        real(self, candidate, score, replay)
+
+    monkeypatch.setattr(HeadReplays, "offer", spy)
+    return offered

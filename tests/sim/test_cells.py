@@ -159,30 +159,27 @@ def test_ray_and_serial_runs_print_identical_tables(
 def test_one_cell_gives_its_bootstrap_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep of one cell runs here; its bootstrap replays run in forked workers and the
     result is the serial one."""
-    from hycache.sim import bootstrap as bootstrap_module
+    from hycache.sim import simulate as simulate_module
 
     config = _config()
 
     def source():  # type: ignore[no-untyped-def]
         return generate("agent", requests=30, seed=1)
 
-    seen: list[object] = []
-    real = bootstrap_module.tune_alpha
+    seen: list[str] = []
+    real = simulate_module._run_policy
 
-    def recorded(replay, grid=None, *, score_all):  # type: ignore[no-untyped-def]
-        seen.append(score_all)
-        return real(replay, score_all=score_all)
+    def recorded(config, preset, capacity, source, total, contest):  # type: ignore[no-untyped-def]
+        seen.append(getattr(contest, "__qualname__", ""))
+        return real(config, preset, capacity, source, total, contest)
 
-    monkeypatch.setattr(bootstrap_module, "tune_alpha", recorded)
+    monkeypatch.setattr(simulate_module, "_run_policy", recorded)
     for policy in ("marconi", "hycache"):
         cell = [Cell(2 * 10**9, policy)]
         serial = run_cells(config, source, cell)
         forked = run_cells(config, source, cell, parallel=Processes(2))
         assert _without_wall(forked) == _without_wall(serial)  # type: ignore[arg-type]
-    assert [getattr(s, "__qualname__", "") for s in seen] == [
-        "in_order",
-        "forked_scorer.<locals>.score_all",
-    ]
+    assert seen == ["in_order", "forked_contest.<locals>.contest"] * 2
 
 
 def test_a_result_with_checkpoint_reasons_survives_pickling() -> None:

@@ -1,18 +1,20 @@
-"""Bootstrap replays in forked processes: the serial scores, in order, computed elsewhere."""
+"""Bootstrap contests in forked processes: the serial scores, in order, computed elsewhere, and
+the winner finished where it was replayed."""
 
 from __future__ import annotations
 
 import os
 import pickle
 import threading
+from collections.abc import Sequence
 
 import pytest
 
-from hycache.errors import CapacityError, ConfigError
-from hycache.policy.bootstrap import in_order
-from hycache.policy.eviction.marconi import tune_alpha
+from hycache.errors import CapacityError, ConfigError, IntegrityError
+from hycache.policy.bootstrap import Outcome, Picked, in_order
+from hycache.policy.eviction.marconi import ALPHA_GRID, pick_alpha
 from hycache.sim import forked
-from hycache.sim.forked import forked_scorer
+from hycache.sim.forked import forked_contest
 
 
 class Unpicklable:
@@ -26,41 +28,63 @@ class Unpicklable:
         return x * x + self.offset
 
 
-def test_scores_come_back_in_order_and_equal_the_serial_ones() -> None:
+def _best(scores: Sequence[float]) -> int:
+    return max(range(len(scores)), key=lambda i: scores[i])
+
+
+def _pid_of(_x: object) -> float:
+    return float(os.getpid())
+
+
+def test_scores_and_the_finished_winner_equal_the_serial_ones() -> None:
     replay = Unpicklable()
     with pytest.raises(TypeError):
         pickle.dumps(replay)
     candidates = [3.0, 1.0, 2.0, 0.0, 5.0]
-    assert forked_scorer(2)(replay, candidates) == in_order(replay, candidates)
-    assert forked_scorer(2)(replay, candidates) == [9.5, 1.5, 4.5, 0.5, 25.5]
+    for workers in (2, 3, 5):
+        got = forked_contest(workers)(replay, candidates, _best, lambda x: (x, replay(x)))
+        assert got == in_order(replay, candidates, _best, lambda x: (x, replay(x)))
+        assert got == Outcome((9.5, 1.5, 4.5, 0.5, 25.5), Picked(4, (5.0, 25.5)))
 
 
 def test_this_process_replays_the_first_candidate_and_every_workers_th() -> None:
     parent = float(os.getpid())
-    pids = forked_scorer(2)(lambda _x: float(os.getpid()), [0, 1, 2, 3])
-    assert pids[0] == pids[2] == parent
-    assert parent not in (pids[1], pids[3])
-    pids = forked_scorer(3)(lambda _x: float(os.getpid()), [0, 1, 2, 3, 4])
-    assert [pid == parent for pid in pids] == [True, False, False, True, False]
+    scores = forked_contest(2)(_pid_of, [0, 1, 2, 3], lambda _s: None, _pid_of).scores
+    assert scores[0] == scores[2] == parent
+    assert parent not in (scores[1], scores[3])
+    scores = forked_contest(3)(_pid_of, [0, 1, 2, 3, 4], lambda _s: None, _pid_of).scores
+    assert [pid == parent for pid in scores] == [True, False, False, True, False]
 
 
-def test_what_this_process_replays_stays_here() -> None:
-    kept: list[float] = []
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("winner", [0, 1, 2])
+def test_the_winner_is_finished_where_it_was_replayed(workers: int, winner: int) -> None:
+    """A finish that reads what its own process's replays left behind: only the process that
+    replayed the winner holds its record."""
+    replayed: list[int] = []
 
-    def replay(x: float) -> float:
-        kept.append(x)
-        return x
+    def replay(x: int) -> float:
+        replayed.append(x)
+        return float(os.getpid())
 
-    assert forked_scorer(2)(replay, [4.0, 5.0, 6.0]) == [4.0, 5.0, 6.0]
-    assert kept == [4.0, 6.0]
+    def finish(x: int) -> tuple[bool, float]:
+        return x in replayed, float(os.getpid())
+
+    outcome = forked_contest(workers)(replay, [0, 1, 2], lambda _s: winner, finish)
+    assert outcome.picked is not None and outcome.picked.index == winner
+    found, pid = outcome.picked.result
+    assert found and pid == outcome.scores[winner]
+    here = [x for x in range(3) if x % workers == 0]
+    assert replayed == here  # the workers' replays stayed in the workers
 
 
-def test_one_worker_or_no_fork_replays_here(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_worker_or_no_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
     parent = float(os.getpid())
-    assert forked_scorer(1)(lambda _x: float(os.getpid()), [0, 1]) == [parent, parent]
-    assert forked_scorer(4)(lambda _x: float(os.getpid()), [0]) == [parent]
+    one = forked_contest(1)(_pid_of, [0, 1], lambda _s: 1, _pid_of)
+    assert one == Outcome((parent, parent), Picked(1, parent))
+    assert forked_contest(4)(_pid_of, [0], lambda _s: 0, _pid_of).scores == (parent,)
     monkeypatch.setattr(forked, "can_fork", lambda: False)
-    assert forked_scorer(4)(lambda _x: float(os.getpid()), [0, 1]) == [parent, parent]
+    assert forked_contest(4)(_pid_of, [0, 1], lambda _s: 1, _pid_of).scores == (parent, parent)
 
 
 def test_a_failing_replay_raises_its_typed_error_here() -> None:
@@ -69,19 +93,43 @@ def test_a_failing_replay_raises_its_typed_error_here() -> None:
             raise CapacityError(f"candidate {x} does not fit")
         return x
 
+    def contest(candidates: list[float]) -> Outcome[float]:
+        return forked_contest(2)(replay, candidates, _best, replay)
+
     with pytest.raises(CapacityError, match="candidate 2 does not fit"):
-        forked_scorer(2)(replay, [0, 1, 2])
+        contest([0, 1, 2])
     # the first failure in the candidates' order, wherever it ran (3 here, 4 in a worker)
     with pytest.raises(CapacityError, match="candidate 3 does not fit"):
-        forked_scorer(2)(replay, [0, 3, 4])
+        contest([0, 3, 4])
     with pytest.raises(CapacityError, match="candidate 3 does not fit"):
-        forked_scorer(2)(replay, [3, 4, 0])
+        contest([3, 4, 0])
     with pytest.raises(ConfigError, match="workers must be >= 1"):
-        forked_scorer(0)
+        forked_contest(0)
+
+
+def test_a_failing_finish_in_a_worker_raises_here() -> None:
+    def finish(x: float) -> float:
+        raise CapacityError(f"finishing {x} failed in {os.getpid()}")
+
+    with pytest.raises(CapacityError, match="finishing 1 failed") as raised:
+        forked_contest(2)(float, [0, 1], lambda _s: 1, finish)
+    assert str(os.getpid()) not in str(raised.value)
+
+
+def test_a_pick_outside_the_candidates_is_an_integrity_error() -> None:
+    with pytest.raises(IntegrityError, match="picked candidate 3 of 3"):
+        forked_contest(2)(float, [0, 1, 2], lambda _s: 3, float)
+    with pytest.raises(IntegrityError, match="picked candidate -1 of 2"):
+        in_order(float, [0, 1], lambda _s: -1, float)
 
 
 def test_marconi_picks_the_same_alpha_either_way() -> None:
     def score(alpha: float) -> float:
         return -((alpha - 1.3) ** 2)
 
-    assert tune_alpha(score, score_all=forked_scorer(2)) == tune_alpha(score)
+    def pick(scores: Sequence[float]) -> int:
+        return pick_alpha(ALPHA_GRID, scores)
+
+    got = forked_contest(2)(score, ALPHA_GRID, pick, lambda alpha: alpha)
+    assert got == in_order(score, ALPHA_GRID, pick, lambda alpha: alpha)
+    assert got.picked == Picked(13, 1.3)

@@ -45,6 +45,39 @@ def test_derived_once_then_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert len(calls) == 5
 
 
+def test_builds_used_in_turn_each_read_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"x": 1}\n')
+    cache = tmp_path / "cache"
+    calls: list[str] = []
+
+    def derive_as(build: str) -> int:
+        monkeypatch.setattr(trace_cache, "code_fingerprint", lambda: build)
+
+        def compute() -> int:
+            calls.append(build)
+            return len(build)
+
+        return cached_derived(trace, "k", compute, cache_dir=cache)
+
+    builds = [f"build {i}" * (i + 1) for i in range(trace_cache.KEEP_BUILDS)]
+    for _ in range(3):
+        for build in builds:
+            assert derive_as(build) == len(build)
+    assert calls == builds  # each derived once, then read in turn
+    # one build more: the least recent writer (builds[0]) is forgotten, the others kept
+    derive_as("one more")
+    for build in builds[1:]:
+        derive_as(build)
+    assert calls == [*builds, "one more"]
+    derive_as(builds[0])
+    assert calls == [*builds, "one more", builds[0]]
+    [stored] = cache.glob("*.derived.json")
+    assert len(json.loads(stored.read_text())["builds"]) == trace_cache.KEEP_BUILDS
+
+
 def test_damaged_or_unwritable_cache_still_gives_the_value(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"x": 1}\n')
@@ -52,15 +85,18 @@ def test_damaged_or_unwritable_cache_still_gives_the_value(tmp_path: Path) -> No
     calls, compute = _counted(7)
     cached_derived(trace, "k", compute, cache_dir=cache)
     [stored] = cache.glob("*.derived.json")
-    assert json.loads(stored.read_text())["code"] == code_fingerprint()
+    assert json.loads(stored.read_text())["builds"][0]["code"] == code_fingerprint()
     for damage in (
         "not json",
         "[1, 2]",
-        json.dumps({"code": code_fingerprint(), "values": {"k": "7"}}),
+        json.dumps({"builds": [{"code": code_fingerprint(), "values": {"k": "7"}}]}),
+        json.dumps({"builds": [["not", "an", "entry"], {"code": 3, "values": {"k": 7}}]}),
+        json.dumps({"builds": {"code": code_fingerprint()}}),
+        json.dumps({"code": code_fingerprint(), "values": {"k": 7}}),  # the earlier layout
     ):
         stored.write_text(damage)
         assert cached_derived(trace, "k", compute, cache_dir=cache) == 7
-    assert len(calls) == 4
+    assert len(calls) == 7
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")
     assert cached_derived(trace, "k", compute, cache_dir=blocked) == 7

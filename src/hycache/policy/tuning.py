@@ -14,19 +14,17 @@ replays the flat clock alone (``aging_horizon`` 0), unless the user set ``aging_
 turned this off (the ``hycache`` preset's knob ``tune_clock``).
 
 Like Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
-candidate and scores each (the simulator: tokens reused, on a window it doubles while every
-score is 0); the best wins, ties going to the one listed first (the default), and the default
-keeps its place unless another beats it by ``margin`` (default ``MARGIN``, the ``hycache``
-preset's knob ``tune_margin``). (Plain LRU was a candidate once; the value eviction without
-skipping came within 2.4% of it on the Mooncake conversation trace and beat it 2.6x on the
-synthetic trace in engine mode.)
+candidate (``hycache.policy.bootstrap``) and scores each (the simulator: tokens reused, on a
+window it doubles while every score is 0); the best wins (``pick_knobs``), ties going to the
+one listed first (the default), and the default keeps its place unless another beats it by
+``margin`` (default ``MARGIN``, the ``hycache`` preset's knob ``tune_margin``). (Plain LRU
+was a candidate once; the value eviction without skipping came within 2.4% of it on the
+Mooncake conversation trace and beat it 2.6x on the synthetic trace in engine mode.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
-
-from hycache.policy.bootstrap import ScoreAll, in_order
+from collections.abc import Collection, Mapping, Sequence
 
 #: the candidates, best-first for ties: the defaults first
 CANDIDATES: tuple[Mapping[str, object], ...] = (
@@ -57,19 +55,11 @@ def candidates_for(
     )
 
 
-def tune_knobs(
-    replay: Callable[[Mapping[str, object]], float],
-    candidates: Sequence[Mapping[str, object]] = CANDIDATES,
-    margin: float = MARGIN,
-    *,
-    score_all: ScoreAll = in_order,
-) -> tuple[Mapping[str, object], list[float]]:
-    """``replay(knobs)`` replays the bootstrap window with those knobs and returns its score
-    (higher is better). The first candidate wins unless another scores ``margin`` more.
-    Returns the winning knobs and every candidate's score, in ``candidates`` order.
-    ``score_all`` decides where the replays run (``hycache.policy.bootstrap``)."""
-    scores = score_all(replay, candidates)
-    best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
+def pick_knobs(scores: Sequence[float], margin: float = MARGIN) -> int:
+    """The index of the winning candidate, given every candidate's score (higher is better,
+    the candidates in ``CANDIDATES``' order of preference): the first one unless another
+    scores ``margin`` more; among those, the best, ties going to the one listed first."""
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
     if scores[best] <= scores[0] * (1 + margin):
-        best = 0
-    return candidates[best], scores
+        return 0
+    return best

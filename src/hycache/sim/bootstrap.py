@@ -4,18 +4,22 @@ candidates, each chosen by replaying the first requests of the source (a window 
 
 A :class:`Choice` says what won, what to record of it (``PolicyResult.tuned``) and which
 window replay may be carried on instead of replaying the window again (``hycache.sim.carry``).
-The replays themselves are the caller's (``replay(knobs, window)``): this module knows
-windows and scores, not how a cache is built.
+The replays themselves are the caller's (``replay(knobs, window)``), and so is what is done
+with the choice (``finish(choice)``, run by the contest where the winner's window replay ran,
+``hycache.policy.bootstrap``): this module knows windows and scores, not how a cache is
+built.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from hycache.policy.bootstrap import ScoreAll
-from hycache.policy.eviction.marconi import tune_alpha
-from hycache.policy.tuning import tune_knobs
+from hycache.errors import IntegrityError
+from hycache.policy.bootstrap import Contest
+from hycache.policy.eviction.marconi import ALPHA_GRID, pick_alpha
+from hycache.policy.tuning import pick_knobs
 from hycache.sim.carry import HeadReplays
 from hycache.sim.request import Request
 from hycache.sim.serial import SerialReplay
@@ -32,6 +36,8 @@ class Window:
     #: whether that is all of the source
     whole: bool
 
+
+Result = TypeVar("Result")
 
 #: replays ``window`` on a fresh cache built with ``knobs`` over the preset's
 Replay = Callable[[Mapping[str, object], Window], SerialReplay]
@@ -81,18 +87,33 @@ def bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier:
     return Window(lambda: window, count, whole)
 
 
-def choose_alpha(window: Window, replay: Replay, score_all: ScoreAll) -> Choice:
-    """Marconi's alpha (``tune_alpha``), scored by the prefill FLOPs each window replay saved."""
+def choose_alpha(
+    window: Window,
+    replay: Replay,
+    contest: Contest,
+    finish: Callable[[Choice], Result],
+    *,
+    carry: bool = True,
+) -> Result:
+    """Marconi's alpha (``pick_alpha``), scored by the prefill FLOPs each window replay saved;
+    ``finish`` runs on the choice where the winner's window replay ran (kept for it only if
+    ``carry``)."""
     alphas: HeadReplays[float] = HeadReplays(window.count)
 
     def score(alpha: float) -> float:
         done = replay({"alpha": alpha}, window)
         saved = done.result().prefill_flops_saved
-        alphas.offer(alpha, saved, done)
+        if carry:
+            alphas.offer(alpha, saved, done)
         return saved
 
-    best, _scores = tune_alpha(score, score_all=score_all)
-    return Choice({"alpha": best}, window.count, alphas.winner(best))
+    def finish_alpha(alpha: float) -> Result:
+        return finish(Choice({"alpha": alpha}, window.count, alphas.winner(alpha)))
+
+    outcome = contest(score, ALPHA_GRID, lambda s: pick_alpha(ALPHA_GRID, s), finish_alpha)
+    if outcome.picked is None:
+        raise IntegrityError("Marconi's bootstrap picked no alpha")
+    return outcome.picked.result
 
 
 def choose_knobs(
@@ -101,12 +122,17 @@ def choose_knobs(
     candidates: Sequence[Mapping[str, object]],
     margin: float,
     replay: Replay,
-    score_all: ScoreAll,
-) -> Choice:
-    """``hycache``'s choice (``hycache.policy.tuning``) among ``candidates``, scored by the
-    tokens each window replay reused, on ``window_of(multiplier)``. A window in which no
-    candidate reused a single token tells them apart no better than a coin: it is doubled until
-    some candidate reuses something or it holds the whole source."""
+    contest: Contest,
+    finish: Callable[[Choice], Result],
+    *,
+    carry: bool = True,
+) -> Result:
+    """``hycache``'s choice (``hycache.policy.tuning.pick_knobs``) among ``candidates``,
+    scored by the tokens each window replay reused, on ``window_of(multiplier)``; ``finish``
+    runs on the choice where the winner's window replay ran (kept for it only if ``carry``).
+    A window in which no candidate
+    reused a single token tells them apart no better than a coin: it is doubled until some
+    candidate reuses something or it holds the whole source."""
     while True:
         window = window_of(multiplier)
         kept: HeadReplays[Mapping[str, object]] = HeadReplays(window.count)
@@ -118,10 +144,23 @@ def choose_knobs(
         ) -> float:
             done = replay(choice, window)
             reused = float(done.cache.stats().reused_tokens)
-            kept.offer(choice, reused, done)
+            if carry:
+                kept.offer(choice, reused, done)
             return reused
 
-        chosen, scores = tune_knobs(score, candidates, margin, score_all=score_all)
-        if any(scores) or window.whole:
-            return Choice(chosen, window.count, kept.winner(chosen))
+        def pick(scores: Sequence[float], window: Window = window) -> int | None:
+            if any(scores) or window.whole:
+                return pick_knobs(scores, margin)
+            return None
+
+        def finish_knobs(
+            choice: Mapping[str, object],
+            window: Window = window,
+            kept: HeadReplays[Mapping[str, object]] = kept,
+        ) -> Result:
+            return finish(Choice(choice, window.count, kept.winner(choice)))
+
+        outcome = contest(score, candidates, pick, finish_knobs)
+        if outcome.picked is not None:
+            return outcome.picked.result
         multiplier *= 2

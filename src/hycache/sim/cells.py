@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hycache.errors import ConfigError, IntegrityError
-from hycache.sim.forked import can_fork, forked_scorer
+from hycache.sim.forked import can_fork, forked_contest
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.progress import Progress
 from hycache.sim.simulate import SimulationConfig, run_policy
@@ -101,9 +101,9 @@ def run_cells(
     jobs = 1 if parallel is None else parallel.jobs
     if len(cells) == 1 and jobs > 1:
         [cell] = cells  # one cell: its bootstrap replays get the workers
-        scorer = forked_scorer(jobs)
+        contest = forked_contest(jobs)
         result = run_policy(
-            config, cell.policy, cell.capacity, source, total=total, score_all=scorer
+            config, cell.policy, cell.capacity, source, total=total, contest=contest
         )
         return {cell: result}
     workers = min(jobs, len(cells))

@@ -1,43 +1,37 @@
-"""Replaying a bootstrap's candidates in this process and forked local ones.
+"""A bootstrap's contest run in this process and forked local ones.
 
-:func:`forked_scorer` gives a ``hycache.policy.bootstrap.ScoreAll`` that replays the candidates
-on up to ``workers`` processes: this one and ``workers - 1`` forked from it. This process
-replays the first candidate and every ``workers``-th after it, in order, so that whatever the
-replay keeps of its own work stays here (the simulator carries the winner's replay on,
-``hycache.sim.carry``); the forked workers replay the others. They inherit the replay function
-(a closure over the config and the bootstrap window; nothing of it is pickled); only the
-candidates and their scores cross between processes. The scores come back in the candidates'
-order and equal the serial ones: each replay builds its own cache from the same inputs.
-Where ``fork`` is not available, or one worker or one candidate is asked for, the candidates
-are replayed here in order (``in_order``).
+:func:`forked_contest` gives a ``hycache.policy.bootstrap.Contest`` that replays the
+candidates on up to ``workers`` processes: this one and ``workers - 1`` forked from it. This
+process replays the first candidate and every ``workers``-th after it, in order; worker ``w``
+replays candidates ``w``, ``w + workers``, ... in order. They inherit the replay and finish
+functions (closures over the config, the source and the bootstrap window; nothing of them is
+pickled); only scores, the pick and the finished result cross between processes. The winner
+is finished in the process that replayed it, where that replay's work still is (the simulator
+carries it on to the end of the source, ``hycache.sim.carry``): a winner replayed by a worker
+costs this process no replay of its own. The scores equal the serial ones and so does the
+result: each replay builds its own cache from the same inputs.
+Where ``fork`` is not available, or one worker or one candidate is asked for, everything runs
+here in order (``in_order``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from hycache.errors import ConfigError, IntegrityError
-from hycache.policy.bootstrap import ScoreAll, in_order
+from hycache.policy.bootstrap import Contest, Outcome, Picked, checked_pick, in_order
 
 Candidate = TypeVar("Candidate")
+Result = TypeVar("Result")
 
-#: the replay a forked worker runs: set in each worker by ``_adopt``
-_REPLAY: list[Callable[[Any], float]] = []
-
-
-def _adopt(replay: Callable[[Any], float]) -> None:
-    """A worker's initializer; under ``fork`` its argument is inherited, not pickled."""
-    _REPLAY[:] = [replay]
-
-
-def _replay_inherited(candidate: Any) -> float:
-    if len(_REPLAY) != 1:
-        raise IntegrityError(f"a worker holds {len(_REPLAY)} replays, not 1")
-    return _REPLAY[0](candidate)
+#: how long a worker told to stop may take to exit before it is killed
+STOP_TIMEOUT_S = 5.0
 
 
 def can_fork() -> bool:
@@ -45,44 +39,136 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def forked_scorer(workers: int) -> ScoreAll:
-    """A ``ScoreAll`` replaying on up to ``workers`` processes, this one included (ConfigError
+def forked_contest(workers: int) -> Contest:
+    """A ``Contest`` replaying on up to ``workers`` processes, this one included (ConfigError
     if < 1)."""
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
 
-    def score_all(
-        replay: Callable[[Candidate], float], candidates: Sequence[Candidate]
-    ) -> list[float]:
+    def contest(
+        replay: Callable[[Candidate], float],
+        candidates: Sequence[Candidate],
+        pick: Callable[[Sequence[float]], int | None],
+        finish: Callable[[Candidate], Result],
+    ) -> Outcome[Result]:
         count = min(workers, len(candidates))
         if count <= 1 or not can_fork():
-            return in_order(replay, candidates)
-        outcomes: dict[int, float | BaseException] = {}
-        pool = ProcessPoolExecutor(
-            count - 1,
-            mp_context=multiprocessing.get_context("fork"),
-            initializer=_adopt,
-            initargs=(replay,),
-        )
-        with pool:  # the workers fork before this process starts replaying
-            elsewhere = {
-                index: pool.submit(_replay_inherited, candidate)
-                for index, candidate in enumerate(candidates)
-                if index % count
-            }
-            for index in range(0, len(candidates), count):
-                outcomes[index] = _outcome(functools.partial(replay, candidates[index]))
-            for index, job in elsewhere.items():
-                outcomes[index] = _outcome(job.result)
-        scores: list[float] = []
-        for index in range(len(candidates)):
-            outcome = outcomes[index]
-            if isinstance(outcome, BaseException):
-                raise outcome  # the error the serial replays would have met first
-            scores.append(outcome)
-        return scores
+            return in_order(replay, candidates, pick, finish)
+        return _Workers(count, replay, candidates, finish).run(pick)
 
-    return score_all
+    return contest
+
+
+class _Workers:
+    """``count - 1`` forked workers beside this process, for one contest."""
+
+    def __init__(
+        self,
+        count: int,
+        replay: Callable[[Any], float],
+        candidates: Sequence[Any],
+        finish: Callable[[Any], Any],
+    ) -> None:
+        self.count = count
+        self.replay = replay
+        self.candidates = candidates
+        self.finish = finish
+        self.links: list[tuple[BaseProcess, Connection]] = []
+        context = multiprocessing.get_context("fork")
+        for worker in range(1, count):
+            here, there = context.Pipe()
+            share = range(worker, len(candidates), count)
+            process = context.Process(
+                target=_work, args=(there, replay, finish, candidates, share), daemon=True
+            )
+            process.start()  # forked before this process starts replaying
+            there.close()
+            self.links.append((process, here))
+
+    def run(self, pick: Callable[[Sequence[float]], int | None]) -> Outcome[Any]:
+        try:
+            outcomes: dict[int, float | BaseException] = {}
+            for index in range(0, len(self.candidates), self.count):
+                outcomes[index] = _outcome(functools.partial(self.replay, self.candidates[index]))
+            for worker, (_process, link) in enumerate(self.links, start=1):
+                for index in range(worker, len(self.candidates), self.count):
+                    outcomes[index] = _received(link)
+            scores: list[float] = []
+            for index in range(len(self.candidates)):
+                outcome = outcomes[index]
+                if isinstance(outcome, BaseException):
+                    raise outcome  # the error the serial replays would have met first
+                scores.append(outcome)
+            picked = checked_pick(pick, scores)
+            if picked is None:
+                return Outcome(tuple(scores), None)
+            index = picked
+            owner = index % self.count
+            if owner == 0:
+                self._stop_all()
+                return Outcome(tuple(scores), Picked(index, self.finish(self.candidates[index])))
+            _process, link = self.links[owner - 1]
+            link.send(index)
+            result = _received(link)
+            if isinstance(result, BaseException):
+                raise result
+            return Outcome(tuple(scores), Picked(index, result))
+        finally:
+            self._stop_all()
+
+    def _stop_all(self) -> None:
+        """Tell every worker still waiting to stop and reap them all (idempotent)."""
+        for _process, link in self.links:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                link.send(None)  # a worker gone already (finished its winner, or failed)
+            link.close()
+        for process, _link in self.links:
+            process.join(STOP_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        self.links = []
+
+
+def _work(
+    link: Connection,
+    replay: Callable[[Any], float],
+    finish: Callable[[Any], Any],
+    candidates: Sequence[Any],
+    share: range,
+) -> None:
+    """A worker: replay its share in order, sending each outcome; then finish the candidate
+    it is sent, or stop when sent None."""
+    try:
+        for index in share:
+            _send(link, _outcome(functools.partial(replay, candidates[index])))
+        command = link.recv()
+        if command is None:
+            return
+        try:
+            result: Any = finish(candidates[command])
+        except Exception as exc:  # re-raised by the parent
+            result = exc
+        _send(link, result)
+    except (EOFError, BrokenPipeError):
+        return  # the parent is gone: nothing to report to
+    finally:
+        link.close()
+
+
+def _send(link: Connection, message: object) -> None:
+    """Send ``message``; one that does not pickle goes as an IntegrityError naming it."""
+    try:
+        link.send(message)
+    except Exception as exc:
+        link.send(IntegrityError(f"a bootstrap worker could not send {message!r} back: {exc}"))
+
+
+def _received(link: Connection) -> Any:
+    try:
+        return link.recv()
+    except EOFError:
+        raise IntegrityError("a bootstrap worker exited without reporting") from None
 
 
 def _outcome(run: Callable[[], float]) -> float | BaseException:

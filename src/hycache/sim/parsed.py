@@ -125,10 +125,17 @@ class ParsedTrace:
 
     def with_run_keys(self, run_keys: bool) -> ParsedTrace:
         """The same trace, yielding run keys or encoded keys (see the class docstring)."""
-        copy = ParsedTrace.__new__(ParsedTrace)
-        copy.__dict__.update(self.__dict__)
-        copy.run_keys = run_keys
-        return copy
+        return ParsedTrace(
+            arrival=self.arrival,
+            run_keys=run_keys,
+            spans=self.spans,
+            tokens=self.tokens,
+            run_first=self.run_first,
+            run_count=self.run_count,
+            ids=self.ids,
+            sessions=self.sessions,
+            namespaces=self.namespaces,
+        )
 
     def __len__(self) -> int:
         return len(self.arrival)

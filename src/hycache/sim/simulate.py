@@ -11,11 +11,12 @@ from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
 from hycache.cache.tierconfig import TierConfig
 from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
-from hycache.policy.bootstrap import ScoreAll, in_order
+from hycache.policy.bootstrap import Contest, in_order
 from hycache.policy.tuning import CHOSEN_KNOBS, candidates_for
 from hycache.sim.bootstrap import Choice, Window, bootstrap_window, choose_alpha, choose_knobs
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS, replay_disagg
+from hycache.sim.garbage import YOUNG_THRESHOLD, collect_dropped, fewer_collections
 from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.prefetch import Prefetch
@@ -50,6 +51,9 @@ class SimulationConfig:
     #: where it resumes (``hycache.sim.disagg.PULLS``)
     decode_capacity: int | None = None
     pull: str = "last"
+    #: net container allocations between two young-generation collections during a replay
+    #: (None: the interpreter's own pace); see ``hycache.sim.garbage``
+    gc_young: int | None = YOUNG_THRESHOLD
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -60,6 +64,8 @@ class SimulationConfig:
             raise ConfigError("a decode capacity or pull applies to mode 'disagg' only")
         if self.pull not in PULLS:
             raise ConfigError(f"pull must be one of {', '.join(PULLS)}, got {self.pull!r}")
+        if self.gc_young is not None and self.gc_young < 1:
+            raise ConfigError(f"gc_young must be >= 1 or None, got {self.gc_young}")
         if self.session_idle_s is not None and not self.session_idle_s >= 0:
             raise ConfigError(f"session_idle_s must be >= 0 or None, got {self.session_idle_s}")
         for preset, values in (self.knobs or {}).items():
@@ -97,13 +103,29 @@ def run_policy(
     source: Source,
     *,
     total: int | None = None,
-    score_all: ScoreAll = in_order,
+    contest: Contest = in_order,
 ) -> PolicyResult:
-    """Replay ``source`` through one preset at ``capacity`` bytes. ``score_all`` runs the
-    bootstrap replays (Marconi's alphas, hycache's candidates): here in order by default, in
-    forked processes with ``hycache.sim.forked.forked_scorer``; the result is the same."""
+    """Replay ``source`` through one preset at ``capacity`` bytes. ``contest`` runs the
+    bootstrap replays (Marconi's alphas, hycache's candidates) and the replay of the whole
+    source with the winner: here in order by default, in forked processes with
+    ``hycache.sim.forked.forked_contest``; the result is the same. The
+    collector runs at ``config.gc_young``'s pace meanwhile (``hycache.sim.garbage``)."""
+    with fewer_collections(config.gc_young):
+        return _run_policy(config, preset, capacity, source, total, contest)
+
+
+def _run_policy(
+    config: SimulationConfig,
+    preset: str,
+    capacity: int,
+    source: Source,
+    total: int | None,
+    contest: Contest,
+) -> PolicyResult:
     knobs = preset_knobs(config, preset)
     resolved = resolve_knobs(preset, knobs)
+    #: whether the last replay may carry on a bootstrap replay (``_can_carry`` decides more)
+    carry = config.mode == "serial" and config.tiers is None
 
     def replay(extra: Mapping[str, object], window: Window) -> SerialReplay:
         """A bootstrap replay of ``window`` (requests no cache of this size holds are served
@@ -114,23 +136,32 @@ def run_policy(
         )
         return done.feed(window.requests())
 
-    choice = Choice()
+    def finish(choice: Choice) -> PolicyResult:
+        """The replay of the whole source with the bootstrap's choice, which it records."""
+        if choice.window_requests is not None:
+            collect_dropped()  # the bootstrap's losing caches, before the long replay
+        result = _final_replay(
+            config, preset, capacity, source, choice.knobs, choice.carried, total
+        )
+        tuned = choice.tuned
+        return dataclasses.replace(result, tuned=tuned) if tuned else result
+
     if preset == "marconi" and "alpha" not in knobs:
         multiplier = int(resolved["bootstrap_multiplier"] or 5)
         window = bootstrap_window(source, config.spec, capacity, multiplier)
-        choice = choose_alpha(window, replay, score_all)
-    elif preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
-        choice = choose_knobs(
+        return choose_alpha(window, replay, contest, finish, carry=carry)
+    if preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
+        return choose_knobs(
             lambda multiplier: bootstrap_window(source, config.spec, capacity, multiplier),
             int(resolved["bootstrap_multiplier"] or 5),
             candidates_for(knobs, tune_clock=bool(resolved["tune_clock"])),
             float(resolved["tune_margin"] or 0),
             replay,
-            score_all,
+            contest,
+            finish,
+            carry=carry,
         )
-    result = _final_replay(config, preset, capacity, source, choice.knobs, choice.carried, total)
-    tuned = choice.tuned
-    return dataclasses.replace(result, tuned=tuned) if tuned else result
+    return finish(Choice())
 
 
 def _final_replay(

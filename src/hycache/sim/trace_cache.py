@@ -12,7 +12,8 @@ file behind.
 :func:`cached_derived` keeps numbers derived from a trace (the simulator's unlimited footprint)
 beside its parsed arrays, in ``<same stem>.derived.json``, under the fingerprint of the code that
 derived them (:func:`code_fingerprint`): a value derived by another build of hycache is derived
-again, never read.
+again, never read. The file keeps the values of the last ``KEEP_BUILDS`` builds that wrote it,
+so that two builds used in turn (the pure one and ``make fast``'s) each find their own.
 
 :func:`default_cache_dir`: ``$HYCACHE_CACHE_DIR``, else ``$XDG_CACHE_HOME/hycache/traces``,
 else ``~/.cache/hycache/traces``.
@@ -37,6 +38,8 @@ from hycache.sim.parsed import SCHEMA, ParsedTrace
 from hycache.sim.trace import PathLike, read_lines
 
 _CHUNK = 1 << 20
+#: builds whose derived values one ``.derived.json`` keeps (the most recent writers)
+KEEP_BUILDS = 4
 
 
 def default_cache_dir() -> Path:
@@ -95,20 +98,35 @@ def cached_derived(
     name = cache_name(content_hash(path), trace_format, limit, ".derived.json")
     target = Path(cache_dir) / name
     code = code_fingerprint()
-    values: dict[str, int] = {}
-    try:
-        stored = json.loads(target.read_text(encoding="utf-8"))
-        if stored.get("code") == code and isinstance(stored.get("values"), dict):
-            values = {k: v for k, v in stored["values"].items() if type(v) is int}
-    except (OSError, ValueError, AttributeError):
-        pass  # missing or damaged: derive again
+    builds = _stored_builds(target)
+    values = builds.pop(code, {})
     if key in values:
         return values[key]
     value = compute()
     values[key] = value
-    text = json.dumps({"code": code, "values": values}, sort_keys=True)
+    kept = [{"code": code, "values": values}]
+    kept += [{"code": c, "values": v} for c, v in list(builds.items())[: KEEP_BUILDS - 1]]
+    text = json.dumps({"builds": kept}, sort_keys=True)
     _write_atomically(target, lambda handle: handle.write(text.encode()))
     return value
+
+
+def _stored_builds(target: Path) -> dict[str, dict[str, int]]:
+    """The values ``target`` holds per build, most recent writer first; entries that are not
+    a fingerprint with integer values are dropped, and a missing or damaged file holds none."""
+    try:
+        stored = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    entries = stored.get("builds") if isinstance(stored, dict) else None
+    builds: dict[str, dict[str, int]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        code, values = entry.get("code"), entry.get("values")
+        if isinstance(code, str) and isinstance(values, dict) and code not in builds:
+            builds[code] = {k: v for k, v in values.items() if type(v) is int}
+    return builds
 
 
 def load_trace(

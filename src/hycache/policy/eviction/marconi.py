@@ -25,12 +25,11 @@ Recency is a logical stamp per node, kept the way the Marconi artifact's V2/V3 k
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
 from hycache.errors import IntegrityError
-from hycache.policy.bootstrap import ScoreAll, in_order
 from hycache.policy.eviction.base import EvictionPolicy
 from hycache.tree.node import Node
 
@@ -181,16 +180,7 @@ class MarconiEviction(EvictionPolicy):
         self._ranked_for = None
 
 
-def tune_alpha(
-    replay: Callable[[float], float],
-    grid: Sequence[float] = ALPHA_GRID,
-    *,
-    score_all: ScoreAll = in_order,
-) -> tuple[float, dict[float, float]]:
-    """Marconi's one-time bootstrap: ``replay(alpha)`` replays the bootstrap window with that
-    alpha and returns the FLOPs saved; the best alpha wins (ties: the smallest). Returns the
-    chosen alpha and every alpha's score. ``score_all`` decides where the replays run
-    (``hycache.policy.bootstrap``)."""
-    scores = dict(zip(grid, score_all(replay, grid), strict=True))
-    best = max(scores, key=lambda a: (scores[a], -a))
-    return best, scores
+def pick_alpha(grid: Sequence[float], scores: Sequence[float]) -> int:
+    """Marconi's one-time bootstrap rule: given the FLOPs saved by a replay of the bootstrap
+    window with each alpha of ``grid``, the index of the best alpha (ties: the smallest)."""
+    return max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
