@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,25 @@ def test_prefill_flops_delegate_to_the_spec(qwen_h200: CostModel) -> None:
     )
     with pytest.raises(ValueError):
         qwen_h200.prefill_flops(-1, 5)
+
+
+def test_decode_flops_are_the_per_sequence_sum_whatever_the_memo_holds() -> None:
+    """The memo of per-context FLOPs gives the plain loop's sum, exactly, on contexts met
+    before and new ones, repeated within a step, in any order."""
+    model = CostModel(ModelSpec.named(QWEN), "h200")
+    rng = random.Random(7)
+    for _ in range(50):
+        contexts = [rng.choice([1, 17, 4096, rng.randrange(1, 200_000)]) for _ in range(40)]
+        assert model.decode_flops(contexts) == sum_left_to_right(model, contexts)
+        assert model.decode_flops(contexts[::-1]) == sum_left_to_right(model, contexts[::-1])
+    assert model.decode_flops([]) == 0.0
+
+
+def sum_left_to_right(model: CostModel, contexts: list[int]) -> float:
+    total = 0.0
+    for context in contexts:
+        total += model.spec.prefill_flops(context, 1) + model.lm_head_flops
+    return total
 
 
 def test_decode_bytes_formula_on_a_dense_hybrid() -> None:

@@ -19,7 +19,7 @@ class PageRef:
     page: int
 
 
-@dataclass
+@dataclass(eq=False)
 class Lease:
     """What an admitted request holds. Created and mutated only by ``HybridPrefixCache``.
 
@@ -27,7 +27,7 @@ class Lease:
     ``source_state``: slot id of the cached state the engine must copy into its private slot
     (copy-on-write) before extending; ``working``: unit ids per kind held while running (KV pages
     for the new tokens, the running state slots); ``checkpoints``: recorded state copies,
-    position -> (slot id, reason)."""
+    position -> (slot id, reason). Compared by identity: each admission is its own lease."""
 
     request_id: int
     key: TokenKey

@@ -51,9 +51,10 @@ class Runner(Protocol):
     def request_ended(self, result: RequestResult) -> None: ...
 
 
-@dataclass
+@dataclass(eq=False)
 class Flight:
-    """A request in flight: its result so far, its step generator and its lease."""
+    """A request in flight: its result so far, its step generator and its lease. Compared by
+    identity."""
 
     result: RequestResult
     steps: Generator[None, None, None]

@@ -37,8 +37,6 @@ from ``hycache.sim.hardware``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import reduce
-from operator import add
 from typing import Literal
 
 from hycache.errors import ConfigError
@@ -133,13 +131,13 @@ class CostModel:
         """FLOPs of one decode step: per sequence with ``c`` context tokens
         ``spec.prefill_flops(c, 1) + 2 * vocab * hidden``."""
         memo = self._decode_flops
-        missing = [c for c in context_lens if c not in memo]
-        if missing:
-            head = self.lm_head_flops
-            for c in missing:
-                memo[c] = self.spec.prefill_flops(c, 1) + head
-        # summed left to right from 0.0, as a loop would (``sum`` may round differently)
-        return reduce(add, map(memo.__getitem__, context_lens), 0.0)
+        total = 0.0  # summed left to right from 0.0 (``sum`` may round differently)
+        for context in context_lens:
+            flops = memo.get(context)
+            if flops is None:
+                flops = memo[context] = self.spec.prefill_flops(context, 1) + self.lm_head_flops
+            total += flops
+        return total
 
     # ------------------------------------------------------------------ bytes
 

@@ -129,8 +129,11 @@ def account_prefill(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> No
 NEVER = 1 << 60
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Flight:
+    """A request in the engine loop; compared by identity (``running.remove`` finds it by
+    that, not by comparing every field)."""
+
     request: Request
     lease: Lease
     position: int  # tokens with KV so far (prompt prefix, then prompt + generated)
