@@ -29,6 +29,7 @@ COMPILED = (
     "cache",
     "sim/replay.py",
     "sim/cost.py",
+    "sim/decode_terms.py",
     "sim/request.py",
     "sim/hardware.py",
     "sim/parsed.py",

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from hycache.errors import ConfigError
+from hycache.sim.decode_terms import DecodeTerms, decode_terms
 from hycache.sim.hardware import HARDWARE, Hardware, hardware
 from hycache.sim.params import (
     NAMED_MOE,
@@ -111,6 +112,10 @@ class CostModel:
         self._kv_per_token = spec.kv_bytes_per_token
         self._state_rw = 2 * spec.state_bytes
         self._decode_flops: dict[int, float] = {}  # context -> one decode token's FLOPs
+        #: the batch sum in closed form, where the spec allows it (hycache.sim.decode_terms)
+        self._decode_terms: DecodeTerms | None = decode_terms(
+            self._token_decode_flops, self._window
+        )
 
     def __repr__(self) -> str:
         return f"CostModel({self.spec.name!r}, {self.hw.name!r})"
@@ -129,15 +134,25 @@ class CostModel:
 
     def decode_flops(self, context_lens: Sequence[int]) -> float:
         """FLOPs of one decode step: per sequence with ``c`` context tokens
-        ``spec.prefill_flops(c, 1) + 2 * vocab * hidden``."""
+        ``spec.prefill_flops(c, 1) + 2 * vocab * hidden``, summed left to right (in closed form
+        where that gives the same float, ``hycache.sim.decode_terms``)."""
+        terms = self._decode_terms
+        if terms is not None:
+            total = terms.total(context_lens)
+            if total is not None:
+                return total
         memo = self._decode_flops
         total = 0.0  # summed left to right from 0.0 (``sum`` may round differently)
         for context in context_lens:
             flops = memo.get(context)
             if flops is None:
-                flops = memo[context] = self.spec.prefill_flops(context, 1) + self.lm_head_flops
+                flops = memo[context] = self._token_decode_flops(context)
             total += flops
         return total
+
+    def _token_decode_flops(self, context: int) -> float:
+        """One decode token's FLOPs after ``context`` tokens."""
+        return self.spec.prefill_flops(context, 1) + self.lm_head_flops
 
     # ------------------------------------------------------------------ bytes
 
