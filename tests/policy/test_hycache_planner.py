@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -253,3 +254,26 @@ def test_the_best_reused_kind_is_never_skipped() -> None:
         retries = 64 // planner.thresholds.retry_every
         assert donated == (64 if keep else retries)
         assert ended == retries
+
+
+@pytest.mark.parametrize(
+    ("record", "proven_first", "kept"),
+    [
+        # tail tried and not paid yet, prompt end untried: the fixed order keeps the tail; a
+        # rate with a prior hit ranks the untried prompt end first (and so alternates)
+        ({"tail": (1, 0)}, True, "tail"),
+        ({"tail": (1, 0)}, False, "prompt_end"),
+        # a kind resumed from outranks every kind never resumed from; the prior rate puts a
+        # kind tried once (1 / 3) above one resumed from once in 9 (2 / 11)
+        ({"tail": (1, 0), "prompt_end": (9, 1)}, True, "prompt_end"),
+        ({"tail": (1, 0), "prompt_end": (9, 1)}, False, "tail"),
+        # among kinds resumed from, the rate decides
+        ({"tail": (4, 2), "prompt_end": (9, 1)}, True, "tail"),
+    ],
+)
+def test_kinds_never_resumed_from_keep_the_fixed_order(
+    record: dict[str, tuple[int, int]], proven_first: bool, kept: str
+) -> None:
+    planner = HycachePlanner(proven_first=proven_first, adaptive=False)
+    plan = planner.plan(PlanInput(5000, 0, 0, 1, None, 0, record))
+    assert [p.reason for p in plan.checkpoints] == [kept]

@@ -126,17 +126,17 @@ def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.Monke
     assert len(calls) == 1 and any(calls[0].scores) and calls[0].picked is not None
 
 
-def _twice_at_5_percent() -> tuple[SimulationConfig, Callable[[], list[Request]], int]:
-    """seed-0 ``twice`` at 5% of its footprint: a stream whose bootstrap window favours
+def _shared_prefix_at_20_percent() -> tuple[SimulationConfig, Callable[[], list[Request]], int]:
+    """seed-0 ``shared-prefix`` at 20% of its footprint: a stream whose bootstrap window favours
     GreedyDual's flat clock."""
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")), reject_oversized=True)
-    source = lambda: generate("twice", requests=200, seed=0)  # noqa: E731
-    return config, source, footprint_bytes(config, source) * 5 // 100
+    source = lambda: generate("shared-prefix", requests=200, seed=0)  # noqa: E731
+    return config, source, footprint_bytes(config, source) * 20 // 100
 
 
 def test_the_flat_clock_is_chosen_where_its_window_reuses_most() -> None:
-    config, source, capacity = _twice_at_5_percent()
+    config, source, capacity = _shared_prefix_at_20_percent()
     tuned = run_policy(config, "hycache", capacity, source)
     assert tuned.knobs["aging_horizon"] == 0 and tuned.knobs["adaptive"] is True
     fixed = dataclasses.replace(
@@ -157,7 +157,7 @@ def test_a_user_decision_keeps_the_clock_out_of_tuning(
         tried.append(tuple(candidates))
         return in_order(replay, candidates, pick, finish)
 
-    config, source, capacity = _twice_at_5_percent()
+    config, source, capacity = _shared_prefix_at_20_percent()
     config = dataclasses.replace(config, knobs={"hycache": knobs})
     result = run_policy(config, "hycache", capacity, source, contest=spied)
     assert tried == [candidates_for(())[:2]]
@@ -165,7 +165,7 @@ def test_a_user_decision_keeps_the_clock_out_of_tuning(
 
 
 def test_the_choice_is_recorded_with_its_window() -> None:
-    config, source, capacity = _twice_at_5_percent()
+    config, source, capacity = _shared_prefix_at_20_percent()
     result = run_policy(config, "hycache", capacity, source)
     window = result.tuned["window_requests"]
     assert isinstance(window, int) and 0 < window <= 200
@@ -187,7 +187,7 @@ def test_the_choice_is_recorded_with_its_window() -> None:
 
 
 def test_nothing_is_recorded_where_the_user_chose() -> None:
-    config, source, capacity = _twice_at_5_percent()
+    config, source, capacity = _shared_prefix_at_20_percent()
     config = dataclasses.replace(
         config, knobs={"hycache": {"adaptive": True}, "marconi": {"alpha": 1.0}}
     )

@@ -28,11 +28,13 @@ ARGS = [
     "--policy",
     "all",
 ]
-#: defaults changed since the golden run was written: free room, keeping the best kind, the
-#: dead-tail weight, the tail rule, the learned clock, the clock candidate and the margin
+#: defaults changed since the golden run was written: free room, keeping the best kind,
+#: proven kinds first, the dead-tail weight, the tail rule, the learned clock, the clock
+#: candidate and the margin
 BEFORE_LATER_RULES = [
     *("--set", "hycache.free_room=false"),
     *("--set", "hycache.keep_best=false"),
+    *("--set", "hycache.proven_first=false"),
     *("--set", "hycache.dead_weight=0.1"),
     *("--set", "hycache.tail_quantile=0.9"),
     *("--set", "hycache.learn_aging=false"),
@@ -57,6 +59,7 @@ LATER_KNOBS = {
     *VALUE_KNOBS,
     *THRESHOLD_KNOBS,
     "keep_best",
+    "proven_first",
     "tail_quantile",
     "tune_clock",
 }

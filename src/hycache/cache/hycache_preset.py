@@ -49,6 +49,13 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "adaptive: the checkpoint kind reused at the highest rate is never skipped",
         "-",
     ),
+    "proven_first": Knob(
+        True,
+        bool,
+        "a prefill keeps the checkpoint kinds resumed from first (by reuse rate); kinds never "
+        "resumed from follow in the order branch, tail, prompt end",
+        "-",
+    ),
     "eviction": Knob(
         "value",
         str,
@@ -343,6 +350,7 @@ def build_hycache(
             tail_checkpoint=bool(k["tail"]),
             free_room=bool(k["free_room"]),
             keep_best=bool(k["keep_best"]),
+            proven_first=bool(k["proven_first"]),
             thresholds=_planner_thresholds(k),
         ),
         admission=admission(k["admission"]),

@@ -44,7 +44,11 @@ class HycachePlanner(CheckpointPolicy):
     hycache.policy.base), where it is copied out of the forward pass; one that cannot be (no
     kernel grid, or within the first grid step) ends a chunk, i.e. costs one more forward pass.
     At most ``max_prefill_checkpoints`` (default 1) are taken per prefill (each holds a state's
-    memory): the kinds reused most so far.
+    memory): the kinds reused most so far. With ``proven_first`` a kind never resumed from
+    ranks below every kind resumed from, and such kinds keep the fixed order branch, tail,
+    prompt end among themselves (without it, a rate with one prior hit and miss,
+    ``(hits + 1) / (stored + 2)``, ranks them: an untried kind outranks a tried one that
+    has not paid yet, so the first states of a stream alternate between kinds).
     It learns which of these pay: once ``warmup`` states of a reason were stored, a reason
     reused less than once per ``reuse_ratio`` stored states is skipped, except on every
     ``retry_every``-th request, ``early_retry_every``-th before the prompt end (to keep
@@ -73,6 +77,7 @@ class HycachePlanner(CheckpointPolicy):
         free_room: bool = True,
         tail_checkpoint: bool = True,
         keep_best: bool = True,
+        proven_first: bool = True,
         thresholds: PlannerThresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.interval = interval
@@ -85,6 +90,7 @@ class HycachePlanner(CheckpointPolicy):
         #: the largest power of two within ``max_grid``: the coarsest grid a count can be on
         self._grid_cap = 1 << (thresholds.max_grid.bit_length() - 1)
         self.keep_best = keep_best
+        self.proven_first = proven_first
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -275,6 +281,10 @@ class HycachePlanner(CheckpointPolicy):
         return dict.fromkeys(extra, ROOM)
 
     def _rank(self, reason: str, request: PlanInput) -> tuple[float, int]:
-        """Sort key, best first: the reason's reuse rate so far, then a fixed preference."""
+        """Sort key, best first: the reason's reuse rate so far, then a fixed preference; with
+        ``proven_first``, a reason never resumed from after every reason resumed from."""
         stored, reused = request.reason_record.get(reason, (0, 0))
-        return (-(reused + 1) / (stored + 2), REASON_PREFERENCE.index(reason))
+        preference = REASON_PREFERENCE.index(reason)
+        if self.proven_first and not reused:
+            return (0.0, preference)
+        return (-(reused + 1) / (stored + 2), preference)
