@@ -71,6 +71,7 @@ VARIANTS = (
     Variant("free_room", ("hycache.free_room=false",)),
     Variant("keep_best", ("hycache.keep_best=false",)),
     Variant("proven_first", ("hycache.proven_first=false",)),
+    Variant("skip_first_step", ("hycache.skip_first_step=false",)),
     Variant("learn_grid", ("hycache.learn_grid=false",)),
     Variant("tail", ("hycache.tail=false",)),
     Variant("tail_rule", ("hycache.tail_quantile=0.9",)),

@@ -277,3 +277,26 @@ def test_kinds_never_resumed_from_keep_the_fixed_order(
     planner = HycachePlanner(proven_first=proven_first, adaptive=False)
     plan = planner.plan(PlanInput(5000, 0, 0, 1, None, 0, record))
     assert [p.reason for p in plan.checkpoints] == [kept]
+
+
+@pytest.mark.parametrize(
+    ("start", "skip_first_step", "points", "ends"),
+    [
+        # the tail (prompt end less the default 256-token step back: 2825) lies 25 tokens past
+        # the state the prefill resumes from: off the kernel grid, it would end a chunk. Not a
+        # candidate: the one checkpoint goes to the next kind, the prompt end (a chunk end)
+        (2800, True, [(3081, "prompt_end")], (3081,)),
+        (2800, False, [(2825, "tail")], (2825, 3081)),
+        # a grid step or more past it, the tail moves onto the grid (2764): copied out of the
+        # kernel, no chunk ends there, whatever the knob
+        (2700, True, [(2764, "tail")], (3081,)),
+        (2700, False, [(2764, "tail")], (3081,)),
+    ],
+)
+def test_a_checkpoint_within_the_first_grid_step_is_not_taken(
+    start: int, skip_first_step: bool, points: list[tuple[int, str]], ends: tuple[int, ...]
+) -> None:
+    planner = HycachePlanner(adaptive=False, free_room=False, skip_first_step=skip_first_step)
+    plan = planner.plan(PlanInput(3081, start, start, 1, None, 0, kernel_chunk=64))
+    assert [(p.position, p.reason) for p in plan.checkpoints] == points
+    assert plan.chunk_ends == ends

@@ -35,6 +35,7 @@ BEFORE_LATER_RULES = [
     *("--set", "hycache.free_room=false"),
     *("--set", "hycache.keep_best=false"),
     *("--set", "hycache.proven_first=false"),
+    *("--set", "hycache.skip_first_step=false"),
     *("--set", "hycache.dead_weight=0.1"),
     *("--set", "hycache.tail_quantile=0.9"),
     *("--set", "hycache.learn_aging=false"),
@@ -60,6 +61,7 @@ LATER_KNOBS = {
     *THRESHOLD_KNOBS,
     "keep_best",
     "proven_first",
+    "skip_first_step",
     "tail_quantile",
     "tune_clock",
 }

@@ -56,6 +56,14 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "resumed from follow in the order branch, tail, prompt end",
         "-",
     ),
+    "skip_first_step": Knob(
+        True,
+        bool,
+        "a prefill checkpoint the kernel cannot copy out because it lies within the first "
+        "kernel-grid step past the state the prefill resumes from is not a candidate (it would "
+        "cost a forward pass to save a later request less than one grid step over that state)",
+        "-",
+    ),
     "eviction": Knob(
         "value",
         str,
@@ -351,6 +359,7 @@ def build_hycache(
             free_room=bool(k["free_room"]),
             keep_best=bool(k["keep_best"]),
             proven_first=bool(k["proven_first"]),
+            skip_first_step=bool(k["skip_first_step"]),
             thresholds=_planner_thresholds(k),
         ),
         admission=admission(k["admission"]),

@@ -5,6 +5,7 @@ reused. Pure apart from what it learns."""
 from __future__ import annotations
 
 import bisect
+import math
 
 from hycache.policy.checkpoint.base import (
     ROOM,
@@ -43,6 +44,9 @@ class HycachePlanner(CheckpointPolicy):
     A prefill checkpoint is moved down onto the kernel grid of its chunk (``kernel_chunk``,
     hycache.policy.base), where it is copied out of the forward pass; one that cannot be (no
     kernel grid, or within the first grid step) ends a chunk, i.e. costs one more forward pass.
+    With ``skip_first_step`` one within the first grid step past the state a prefill resumes
+    from is not a candidate (it would save a later request less than a grid step over that
+    state); the choice goes to the other kinds.
     At most ``max_prefill_checkpoints`` (default 1) are taken per prefill (each holds a state's
     memory): the kinds reused most so far. With ``proven_first`` a kind never resumed from
     ranks below every kind resumed from, and such kinds keep the fixed order branch, tail,
@@ -78,6 +82,7 @@ class HycachePlanner(CheckpointPolicy):
         tail_checkpoint: bool = True,
         keep_best: bool = True,
         proven_first: bool = True,
+        skip_first_step: bool = True,
         thresholds: PlannerThresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.interval = interval
@@ -91,6 +96,7 @@ class HycachePlanner(CheckpointPolicy):
         self._grid_cap = 1 << (thresholds.max_grid.bit_length() - 1)
         self.keep_best = keep_best
         self.proven_first = proven_first
+        self.skip_first_step = skip_first_step
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -220,6 +226,17 @@ class HycachePlanner(CheckpointPolicy):
             for p, r in sorted(wanted.items(), key=lambda pr: REASON_PREFERENCE.index(pr[1])):
                 moved.setdefault(onto_kernel_grid(start, ends, p, kernel, page), r)
             wanted = moved
+            if self.skip_first_step and start > 0:
+                # what stays off the grid lies within the first grid step past the state this
+                # prefill resumes from: a forward pass more now, to save a later request less
+                # than one grid step over that state, which nearly is that checkpoint already.
+                # Not a candidate, so the choice below goes to the other kinds
+                step = start + math.lcm(kernel, page)
+                wanted = {
+                    p: r
+                    for p, r in wanted.items()
+                    if p >= step or in_kernel(start, ends, p, kernel)
+                }
         # a state before the prompt end (a forward pass more, or a slot held through the
         # prefill) is re-tried more rarely
         kept = {
