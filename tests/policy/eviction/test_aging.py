@@ -103,6 +103,32 @@ def test_a_switch_keeps_every_value_and_moves_to_the_other_born_time() -> None:
         assert clocks.rebased(ident, aged_keys[ident]) == pytest.approx(flat_born + 1.5)
 
 
+def test_a_hit_is_scored_against_the_entries_randrange_draws() -> None:
+    """The sample of a hit is what ``random.Random(0).randrange(len(heap))`` draws, one entry
+    per draw, so the score (and every result that depends on it) is the sampler's."""
+    clocks = AgingClocks(HORIZON, learn=True)
+    idents = entries(37)  # not a power of two: some draws are rejected and drawn again
+    values = {ident: float(1 + i % 7) for i, ident in enumerate(idents)}
+    for tick, ident in enumerate(idents):
+        clocks.stamp(ident, typical=3.0, tick=tick * 11)
+    current, heap = live(clocks, values)
+    hit = idents[5]
+    aged_hit, flat_hit = clocks._keys(clocks._born[hit], current[hit][-1])
+    rng = random.Random(0)
+    below_aged = below_flat = drawn = 0
+    for _ in range(clocks.samples):
+        key, _, node, slot = heap[rng.randrange(len(heap))]
+        if (node, slot) == hit:
+            continue
+        other_aged, other_flat = clocks._keys(clocks._born[(node, slot)], key[-1])
+        drawn += 1
+        below_aged += other_aged < aged_hit
+        below_flat += other_flat < flat_hit
+    clocks.observe_hit(hit, current, heap)
+    assert drawn > 0
+    assert clocks.score == (below_aged - below_flat) / drawn
+
+
 class BruteClocks:
     """Both clocks from the definition: each is the largest key evicted so far on its scale;
     an entry's born time is its clock at its last stamp (aged: plus typical * tick / H)."""

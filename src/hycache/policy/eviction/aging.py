@@ -94,9 +94,14 @@ class AgingClocks:
             return False
         aged, flat = self._keys(pair, key[-1])
         below_aged = below_flat = drawn = 0
-        rng, size = self._rng, len(heap)
+        draw, size = self._rng.getrandbits, len(heap)
+        bits = size.bit_length()
         for _ in range(self.samples):
-            other_key, _, node, slot = heap[rng.randrange(size)]
+            # ``randrange(size)``'s own draw (the same numbers), without its Python frames
+            index = draw(bits)
+            while index >= size:
+                index = draw(bits)
+            other_key, _, node, slot = heap[index]
             other = (node, slot)
             if other == ident or current.get(other) != other_key:
                 continue  # the hit itself, or a superseded heap entry
