@@ -84,6 +84,7 @@ VARIANTS = (
     Variant("aging_horizon", ("hycache.aging_horizon=0",)),
     Variant("learn_aging", ("hycache.learn_aging=false",)),
     Variant("pin_reused_guesses", ("hycache.pin_reused_guesses=false",), engine_only=True),
+    Variant("strict_guess_pins", ("hycache.strict_guess_pins=false",)),
     Variant("read_matched_kv", ("hycache.read_matched_kv=false",), engine_only=True),
     Variant(
         "reserve_checkpoint_slot", ("hycache.reserve_checkpoint_slot=false",), engine_only=True

@@ -311,12 +311,18 @@ def test_a_spare_never_causes_an_endless_wait() -> None:
 
 
 # ====================================================================== value eviction pins
-def value_cache(budget: int = BIG, *, pin_reused_guesses: bool = True) -> HybridPrefixCache:
+def value_cache(
+    budget: int = BIG, *, pin_reused_guesses: bool = True, strict: bool = True
+) -> HybridPrefixCache:
     return make(
         tiny_spec(),
         budget,
         planner=Points(prompt_end=False, branch=False, final=False),
-        eviction=ValueEviction(pins_published_state=False, pin_reused_guesses=pin_reused_guesses),
+        eviction=ValueEviction(
+            pins_published_state=False,
+            pin_reused_guesses=pin_reused_guesses,
+            strict_guess_pins=strict,
+        ),
     )
 
 
@@ -419,6 +425,62 @@ def test_an_own_tail_guess_is_kept_while_tail_states_pay_as_well_as_the_average(
     cache.extend(lease, seq(9000, 4))
     finish(cache, lease)
     cache.check_integrity()
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_own_tail_guess_is_cheap_only_while_the_guesses_of_all_in_flight_are(
+    strict: bool,
+) -> None:
+    """One state is exactly the cheap share of the budget. With a second request in flight,
+    ``strict_guess_pins`` counts a guess for each (two states: not cheap, so not pinned);
+    without it one state is weighed against the budget (pinned). Alone again, it is cheap
+    either way."""
+    spec = tiny_spec()
+    cache = value_cache(
+        round(spec.state_bytes / CHEAP_GUESS_SHARE), pin_reused_guesses=False, strict=strict
+    )
+    assert cache.recurrent is not None
+    other = admit(cache, seq(20_000, 32), max_new=4)
+    lease = admit(cache, seq(0, 256), max_new=4)
+    cache.record_checkpoint(lease, 64, "tail")
+    assert cache.publish(lease).states_inserted == (64,)
+    (node,) = lease.published
+    assert node.hits == 0 and not cache.holds.passed_by_others(node)
+    assert cache.requests_in_flight() == 2
+    assert cache.eviction.pinned(node, cache.recurrent) == (not strict)
+    cache.abort(other)
+    cache.check_integrity()
+    assert cache.eviction.pinned(node, cache.recurrent)
+    cache.extend(lease, seq(9000, 4))
+    finish(cache, lease)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_tails_above_the_average_but_below_the_planners_bar_do_not_pay(strict: bool) -> None:
+    """Ten branch states never resumed from, thirty tail guesses resumed from once: tails,
+    (1 + 1) / (31 + 2) with the new guess, beat the average (1 + 1) / (41 + 2), but stay
+    under one reuse in ``reuse_ratio`` (10). With ``strict_guess_pins`` that is not paying
+    (the dear guess is not pinned); without it, beating the average is enough."""
+    spec = tiny_spec()
+    cache = value_cache(round(spec.state_bytes / CHEAP_GUESS_SHARE) - 1, strict=strict)
+    assert cache.recurrent is not None
+    for k, reason in enumerate(["branch"] * 10 + ["tail"] * 30):
+        earlier = admit(cache, seq(10_000 * (k + 1), 128))
+        cache.record_checkpoint(earlier, 64, reason)
+        finish(cache, earlier)
+    again = admit(cache, [*seq(10_000 * 40, 64), *seq(900_000, 8)])
+    assert again.hit == 64  # the last tail guess, resumed from once
+    cache.abort(again)
+    lease = admit(cache, seq(0, 256), max_new=4)
+    cache.record_checkpoint(lease, 64, "tail")
+    assert cache.publish(lease).states_inserted == (64,)
+    (node,) = lease.published
+    view = cache.eviction.context
+    rate, mean = view.state_reuse_rate(node), view.mean_state_reuse_rate()
+    assert (rate, mean) == (2 / 33, 2 / 43)
+    assert cache.eviction.pinned(node, cache.recurrent) == (not strict)
+    cache.extend(lease, seq(9000, 4))
+    finish(cache, lease)
 
 
 def test_hycache_preset_turns_the_three_on_and_the_others_keep_them_off() -> None:

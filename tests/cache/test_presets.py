@@ -24,6 +24,7 @@ VALUE_KNOBS = (
     "aging_horizon",
     "learn_aging",
     "pin_reused_guesses",
+    "strict_guess_pins",
 )
 
 
@@ -57,8 +58,10 @@ def test_each_ablation_knob_reaches_its_mechanism() -> None:
         aging_horizon=0,
         learn_aging=False,
         pin_reused_guesses=False,
+        strict_guess_pins=False,
     )
     assert not (eviction.by_reason or eviction.learn_superseded or eviction.pin_reused_guesses)
+    assert not eviction.strict_guess_pins
     assert (eviction.superseded_weight, eviction.dead_weight, eviction.exponent) == (1, 1, 1)
     assert eviction.aging_horizon == 0 and eviction._superseded_factor() == 1.0
     assert not (eviction.learn_aging or eviction._aging.learn or eviction._aging.aged)

@@ -106,3 +106,41 @@ def test_a_room_state_off_the_kernel_grid_is_dropped_not_paid_for() -> None:
     assert flight.piece_end(1000, 64) == 1000
     assert flight.checkpoints == [420]
     cache.abort(lease)
+
+
+def test_a_piece_the_budget_cuts_stays_on_the_kernel_grid_of_its_chunk() -> None:
+    """The step budget cuts a piece before its planned chunk end: with an in-kernel state still
+    ahead in that chunk the cut is floored onto the chunk's kernel grid, so the next piece
+    starts on it and passes the state without stopping there."""
+    spec = load_spec("qwen3-next-80b-a3b")
+    cache = build_cache(spec, 10**12, "hycache", track_ids=False)
+    lease = cache.admit(list(range(1000)), max_new_tokens=1)
+    assert isinstance(lease, Lease) and lease.hit == 0
+    flight = _Flight(
+        request("x", list(range(1000)), 1, 0.0), lease, 0, [384], {384: "tail"}, [1000]
+    )
+    assert flight.budget_end(250, 1000, 64) == 192  # 3 * 64: the state at 384 is ahead
+    assert flight.budget_end(250, 1000, None) == 250  # no kernel grid: nothing to keep
+    assert flight.budget_end(50, 1000, 64) == 50  # the grid would leave nothing to run
+    assert flight.budget_end(450, 1000, 64) == 450  # no state left past the cut
+    assert flight.budget_end(250, 300, 64) == 250  # the state lies in a later chunk
+    flight.position = 192
+    assert flight.piece_end(1000, 64) == 1000  # 192 from 192: copied out of the kernel
+    flight.position = 250  # the cut unfloored: that piece would stop at the state
+    assert flight.piece_end(1000, 64) == 384
+    cache.abort(lease)
+
+
+def test_a_later_planned_chunk_is_the_grid_a_cut_is_floored_to() -> None:
+    """The grid of the planned chunk the piece is in: from the chunk's planned start (the end
+    of the chunk before it), not from where the prefill began."""
+    spec = load_spec("qwen3-next-80b-a3b")
+    cache = build_cache(spec, 10**12, "hycache", track_ids=False)
+    lease = cache.admit(list(range(3000)), max_new_tokens=1)
+    assert isinstance(lease, Lease)
+    flight = _Flight(
+        request("x", list(range(3000)), 1, 0.0), lease, 0, [2010], {2010: "tail"}, [1050, 3000]
+    )
+    flight.position = 1050
+    assert flight.budget_end(1500, 3000, 64) == 1050 + 7 * 64
+    cache.abort(lease)

@@ -37,6 +37,7 @@ BEFORE_LATER_RULES = [
     *("--set", "hycache.keep_best=false"),
     *("--set", "hycache.proven_first=false"),
     *("--set", "hycache.skip_first_step=false"),
+    *("--set", "hycache.strict_guess_pins=false"),
     *("--set", "hycache.dead_weight=0.1"),
     *("--set", "hycache.tail_quantile=0.9"),
     *("--set", "hycache.learn_aging=false"),
@@ -63,6 +64,7 @@ LATER_KNOBS = {
     "keep_best",
     "proven_first",
     "skip_first_step",
+    "strict_guess_pins",
     "tail_quantile",
     "tune_clock",
 }

@@ -93,3 +93,6 @@ class CacheView:
 
     def passed_by_others(self, node: Node) -> bool:
         return self._holds.passed_by_others(node)
+
+    def requests_in_flight(self) -> int:
+        return len(self._in_flight)

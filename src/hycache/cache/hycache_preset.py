@@ -248,6 +248,15 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "from at least as often as states on average (false: only while cheap)",
         "-",
     ),
+    "strict_guess_pins": Knob(
+        True,
+        bool,
+        "value eviction: an unproven tail guess is cheap only while the guesses of every "
+        "request in flight together are, and tails pay only above the planner's bar (one "
+        "reuse per reuse_ratio stored); false: one state against the budget, tails against "
+        "the average alone",
+        "-",
+    ),
     "spare_slot_share": Knob(
         SPARE_SLOT_SHARE,
         float,
@@ -328,6 +337,8 @@ def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
             typical_window=positive("hycache", "typical_window", k["typical_window"]),
             cheap_guess_share=share("hycache", "cheap_guess_share", k["cheap_guess_share"]),
             pin_reused_guesses=bool(k["pin_reused_guesses"]),
+            strict_guess_pins=bool(k["strict_guess_pins"]),
+            guess_reuse_ratio=positive("hycache", "reuse_ratio", k["reuse_ratio"]),
         )
     return GDSFEviction(
         session_aware=session_aware, use_frequency=name == "gdsf", pins_published_state=pins

@@ -7,7 +7,9 @@ decoding request and fills the rest of the token budget with prefill chunks, eac
 chunk ends the cache planned (a state is copied there before the next chunk runs; one planned
 inside a piece, on the recurrent kernel's grid from the piece's start, is copied out of the
 kernel's intermediate states, any other stops the piece there; a ``room`` state, taken only
-because it displaced nothing, is dropped instead of costing a forward pass). When a
+because it displaced nothing, is dropped instead of costing a forward pass). A piece the step
+budget cuts short of its planned chunk end is floored onto its chunk's kernel grid while a
+planned state lies ahead in that chunk, so the next piece passes it on the grid. When a
 request's prefill ends its prompt and prefill states join the cache (``publish``). Requests in
 flight hold their locks and memory; a request that does not fit waits; one no cache of this
 size could hold runs alone and uncached once the batch has drained. A step lasts
@@ -183,6 +185,25 @@ class _Flight:
             index += 1
         return target
 
+    def budget_end(self, limit: int, chunk_end: int, kernel_chunk: int | None) -> int:
+        """Where a piece the token budget cuts at ``limit`` (before its planned ``chunk_end``)
+        stops: floored onto the recurrent kernel's grid of its planned chunk when a planned
+        checkpoint lies past ``limit`` in that chunk, so the next piece starts on that grid
+        and the point is still copied out of the kernel (a piece off the grid would have to
+        stop at it: a forward pass more). ``limit`` itself when no such point is ahead, with no
+        kernel grid, or when the grid leaves nothing to run this step."""
+        if kernel_chunk is None:
+            return limit
+        checkpoints = self.checkpoints
+        index = bisect.bisect_right(checkpoints, limit, self.next_checkpoint)
+        if index == len(checkpoints) or checkpoints[index] >= chunk_end:
+            return limit
+        ends = self.chunk_ends
+        before = bisect.bisect_right(ends, self.position) - 1
+        chunk_start = ends[before] if before >= 0 else self.lease.hit
+        floored = limit - (limit - chunk_start) % kernel_chunk
+        return floored if floored > self.position else limit
+
     def steps_to_next_checkpoint(self) -> int:
         if self.next_checkpoint < len(self.checkpoints):
             return self.checkpoints[self.next_checkpoint] - self.position
@@ -285,7 +306,10 @@ def replay_engine(
                 break
             ends = flight.chunk_ends
             nxt = ends[bisect.bisect_right(ends, flight.position)]
-            target = flight.piece_end(min(nxt, flight.position + budget), cache.kernel_chunk)
+            limit = flight.position + budget
+            if limit < nxt:
+                limit = flight.budget_end(limit, nxt, cache.kernel_chunk)
+            target = flight.piece_end(min(nxt, limit), cache.kernel_chunk)
             prefill.append((flight.position, target - flight.position))
             budget -= target - flight.position
             flight.position = target

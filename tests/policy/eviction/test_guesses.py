@@ -21,3 +21,13 @@ def test_the_value_eviction_exposes_the_rule_it_was_built_with() -> None:
     assert eviction.cheap_guess_share == 0.25
     assert eviction.pin_reused_guesses is False
     assert ValueEviction().pin_reused_guesses is True
+
+
+def test_a_reuse_ratio_below_one_is_refused() -> None:
+    with pytest.raises(ConfigError, match="reuse_ratio"):
+        GuessPins(cheap_share=0.5, pin_reused=True, reuse_ratio=0)
+
+
+def test_strict_pins_are_the_default_and_can_be_turned_off() -> None:
+    assert ValueEviction().strict_guess_pins is True
+    assert ValueEviction(strict_guess_pins=False).strict_guess_pins is False

@@ -67,6 +67,9 @@ class EvictionContext(Protocol):
         """Whether a lock other than that of the request that published ``node``'s state
         passes through ``node``."""
 
+    def requests_in_flight(self) -> int:
+        """How many requests were admitted and have not finished or been aborted."""
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 class EvictionPolicy(ABC):

@@ -71,6 +71,8 @@ class ValueEviction(HeapEviction):
         typical_window: int = TYPICAL_WINDOW,
         cheap_guess_share: float = CHEAP_GUESS_SHARE,
         pin_reused_guesses: bool = True,
+        strict_guess_pins: bool = True,
+        guess_reuse_ratio: int = 10,
     ) -> None:
         super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
@@ -82,7 +84,12 @@ class ValueEviction(HeapEviction):
         self.learn_aging = learn_aging
         self.learn_superseded = learn_superseded
         self.typical_window = typical_window
-        self._guesses = GuessPins(cheap_share=cheap_guess_share, pin_reused=pin_reused_guesses)
+        self._guesses = GuessPins(
+            cheap_share=cheap_guess_share,
+            pin_reused=pin_reused_guesses,
+            strict=strict_guess_pins,
+            reuse_ratio=guess_reuse_ratio,
+        )
         self._superseded_hits = 0
         self._frontier_hits = 0
         self._typical = 0.0
@@ -219,6 +226,10 @@ class ValueEviction(HeapEviction):
     @property
     def pin_reused_guesses(self) -> bool:
         return self._guesses.pin_reused
+
+    @property
+    def strict_guess_pins(self) -> bool:
+        return self._guesses.strict
 
     def pinned(self, node: Node, component: Component) -> bool:
         """Also keeps a state that running requests pass through (a lock goes on below it) if
