@@ -21,6 +21,7 @@ pass it, and otherwise while either holds:
 from __future__ import annotations
 
 from hycache.errors import ConfigError
+from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS
 from hycache.policy.eviction.base import EvictionContext
 from hycache.tree.node import Node
 
@@ -30,7 +31,12 @@ class GuessPins:
     cache's ``view``."""
 
     def __init__(
-        self, *, cheap_share: float, pin_reused: bool, strict: bool = True, reuse_ratio: int = 10
+        self,
+        *,
+        cheap_share: float,
+        pin_reused: bool,
+        strict: bool = True,
+        reuse_ratio: int = DEFAULT_THRESHOLDS.reuse_ratio,
     ) -> None:
         if not 0 < cheap_share <= 1:
             raise ConfigError(f"cheap_share must be in (0, 1], got {cheap_share}")

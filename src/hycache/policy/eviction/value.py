@@ -34,6 +34,7 @@ from collections.abc import KeysView
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
 from hycache.errors import IntegrityError
+from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS
 from hycache.policy.eviction.aging import AgingClocks
 from hycache.policy.eviction.base import EvictionContext
 from hycache.policy.eviction.guesses import GuessPins
@@ -72,7 +73,7 @@ class ValueEviction(HeapEviction):
         cheap_guess_share: float = CHEAP_GUESS_SHARE,
         pin_reused_guesses: bool = True,
         strict_guess_pins: bool = True,
-        guess_reuse_ratio: int = 10,
+        guess_reuse_ratio: int = DEFAULT_THRESHOLDS.reuse_ratio,
     ) -> None:
         super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
         self.refresh_state_path = False  # a hit refreshes only the state it resumed from
