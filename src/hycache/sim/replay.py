@@ -36,7 +36,7 @@ from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease, Wait
 from hycache.errors import CapacityError, IntegrityError
 from hycache.policy.checkpoint.base import ROOM
-from hycache.policy.checkpoint.chunks import in_kernel
+from hycache.policy.checkpoint.chunks import chunk_start_of, in_kernel
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
 from hycache.sim.prefetch import Prefetch
@@ -198,9 +198,7 @@ class _Flight:
         index = bisect.bisect_right(checkpoints, limit, self.next_checkpoint)
         if index == len(checkpoints) or checkpoints[index] >= chunk_end:
             return limit
-        ends = self.chunk_ends
-        before = bisect.bisect_right(ends, self.position) - 1
-        chunk_start = ends[before] if before >= 0 else self.lease.hit
+        chunk_start, _ = chunk_start_of(self.lease.hit, self.chunk_ends, limit)
         floored = limit - (limit - chunk_start) % kernel_chunk
         return floored if floored > self.position else limit
 

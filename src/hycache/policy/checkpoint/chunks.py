@@ -40,7 +40,7 @@ def chunk_ends(
     return ends
 
 
-def _chunk_start(start: int, ends: Sequence[int], position: int) -> tuple[int, bool]:
+def chunk_start_of(start: int, ends: Sequence[int], position: int) -> tuple[int, bool]:
     """The start of the chunk of ``ends`` (prefill from ``start``) that holds ``position``, and
     whether ``position`` is that chunk's end."""
     index = bisect.bisect_left(ends, position)
@@ -52,7 +52,7 @@ def in_kernel(start: int, ends: Sequence[int], position: int, kernel_chunk: int 
     """Whether a state at ``position`` (start < position) of a prefill from ``start`` cut at
     ``ends`` is a chunk end or an in-kernel point: a multiple of ``kernel_chunk`` from the
     start of the chunk holding it (see hycache.policy.base)."""
-    chunk_start, at_end = _chunk_start(start, ends, position)
+    chunk_start, at_end = chunk_start_of(start, ends, position)
     if at_end:
         return True
     return kernel_chunk is not None and (position - chunk_start) % kernel_chunk == 0
@@ -64,7 +64,7 @@ def onto_kernel_grid(
     """``position`` moved down to the nearest in-kernel point or chunk end of its chunk (a
     multiple of lcm(kernel_chunk, page) from the chunk's start); ``position`` itself when that
     is the prefill's start (nothing to move to) or not on the page grid."""
-    chunk_start, at_end = _chunk_start(start, ends, position)
+    chunk_start, at_end = chunk_start_of(start, ends, position)
     if at_end:
         return position
     moved = chunk_start + floor_to(position - chunk_start, math.lcm(kernel_chunk, page))
