@@ -28,6 +28,7 @@ COMPILED = (
     "policy",
     "cache",
     "sim/replay.py",
+    "sim/outcome.py",
     "sim/cost.py",
     "sim/decode_terms.py",
     "sim/request.py",

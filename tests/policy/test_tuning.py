@@ -9,14 +9,17 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from hycache.cache.knobs import KnobValue
+from hycache.cache.presets import build_cache
 from hycache.policy.bootstrap import Outcome, in_order
 from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, pick_knobs
 from hycache.sim import bootstrap as sim_bootstrap
 from hycache.sim import simulate
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
+from hycache.sim.replay import EngineReplay
 from hycache.sim.report import tuned_notes
 from hycache.sim.request import Request
+from hycache.sim.serial import SerialReplay
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.workloads import generate
 from hycache.spec.model import load_spec
@@ -195,3 +198,37 @@ def test_nothing_is_recorded_where_the_user_chose() -> None:
         result = run_policy(config, preset, capacity, source)
         assert result.tuned == {} and "tuned" not in result.as_json()
         assert tuned_notes({preset: result}) == []
+
+
+@pytest.mark.parametrize("mode", ["engine", "serial"])
+def test_candidates_are_scored_by_replays_in_the_runs_mode(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """Each candidate's score is the tokens its window replay reused, that replay run the way
+    the whole source will be: through the engine loop (requests overlap) in engine mode, up
+    to the window's last request leaving the queue; request by request in serial mode."""
+    scored: list[tuple[float, ...]] = []
+
+    def spied(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
+        outcome = in_order(replay, candidates, pick, finish)
+        scored.append(outcome.scores)
+        return outcome
+
+    spec = load_spec("qwen3-next-80b-a3b")
+    cost = CostModel(spec, hardware("h200"))
+    config = SimulationConfig(spec, cost, mode=mode, reject_oversized=True)
+    requests = list(generate("chat", requests=200, seed=6))
+    capacity = footprint_bytes(config, lambda: requests) * 10 // 100
+    result = run_policy(config, "hycache", capacity, lambda: requests, contest=spied)
+    window = requests[: int(str(result.tuned["window_requests"]))]
+    expected: dict[str, list[float]] = {"engine": [], "serial": []}
+    for candidate in candidates_for(()):
+        for way in expected:
+            cache = build_cache(spec, capacity, "hycache", track_ids=False, **candidate)
+            if way == "engine":  # the whole source, until the window has left the queue
+                EngineReplay(cache, requests, cost, reject_oversized=True).run_until(len(window))
+            else:
+                SerialReplay(cache, cost, reject_oversized=True).feed(window)
+            expected[way].append(float(cache.stats().reused_tokens))
+    assert expected["engine"] != expected["serial"]  # the modes do tell them apart here
+    assert scored[-1] == tuple(expected[mode])

@@ -20,7 +20,7 @@ from hycache.errors import IntegrityError
 from hycache.policy.bootstrap import Contest
 from hycache.policy.eviction.marconi import ALPHA_GRID, pick_alpha
 from hycache.policy.tuning import pick_knobs
-from hycache.sim.carry import HeadReplays
+from hycache.sim.carry import HeadReplay, HeadReplays
 from hycache.sim.request import Request
 from hycache.sim.serial import SerialReplay
 from hycache.sim.source import PrefixSource, Source
@@ -42,6 +42,9 @@ Result = TypeVar("Result")
 #: replays ``window`` on a fresh cache built with ``knobs`` over the preset's
 Replay = Callable[[Mapping[str, object], Window], SerialReplay]
 
+#: the same in the run's own mode (``hycache``'s candidates: serial, or engine mode)
+RunReplay = Callable[[Mapping[str, object], Window], HeadReplay]
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -50,7 +53,7 @@ class Choice:
 
     knobs: Mapping[str, object] = field(default_factory=dict)
     window_requests: int | None = None
-    carried: SerialReplay | None = None
+    carried: HeadReplay | None = None
 
     @property
     def tuned(self) -> dict[str, object]:
@@ -121,7 +124,7 @@ def choose_knobs(
     multiplier: int,
     candidates: Sequence[Mapping[str, object]],
     margin: float,
-    replay: Replay,
+    replay: RunReplay,
     contest: Contest,
     finish: Callable[[Choice], Result],
     *,

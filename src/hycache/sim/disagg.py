@@ -44,7 +44,7 @@ from hycache.cache.lease import Lease, Wait
 from hycache.errors import CapacityError, ConfigError, IntegrityError
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import DisaggStats, PolicyResult, Recorder, percentile
-from hycache.sim.replay import (
+from hycache.sim.outcome import (
     Tick,
     account_prefill,
     policy_result,

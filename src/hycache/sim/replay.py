@@ -1,5 +1,6 @@
-"""Replaying requests through a ``HybridPrefixCache`` in ``engine`` mode, and the accounting
-both modes share (``serial`` mode: ``hycache.sim.serial``).
+"""Replaying requests through a ``HybridPrefixCache`` in ``engine`` mode, resumable:
+:class:`EngineReplay` (``serial`` mode: ``hycache.sim.serial``; what both share:
+``hycache.sim.outcome``).
 
 ``engine``: a discrete-event model of one serving instance. Requests arrive at their trace
 times and wait in FIFO order; a step admits what memory allows, decodes one token for every
@@ -29,7 +30,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from hycache.cache.facade import HybridPrefixCache
@@ -38,67 +39,11 @@ from hycache.errors import CapacityError, IntegrityError
 from hycache.policy.checkpoint.base import ROOM
 from hycache.policy.checkpoint.chunks import chunk_start_of, in_kernel
 from hycache.sim.cost import CostModel
-from hycache.sim.metrics import PolicyResult, Recorder, percentile
+from hycache.sim.metrics import PolicyResult, Recorder
+from hycache.sim.outcome import Tick, account_prefill, policy_result, reject_uncached, sample_usage
 from hycache.sim.prefetch import Prefetch
 from hycache.sim.request import Request
 from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
-
-Tick = Callable[[], None]
-
-
-def sample_usage(cache: HybridPrefixCache, rec: Recorder, now: float, keep: bool) -> None:
-    usage = cache.usage()
-    kv, state = usage.kv_bytes, usage.state_bytes
-    rec.sample(now, kv, state, usage.used_bytes, usage.budget_bytes)
-    if keep:
-        rec.keep(now, kv, state)
-
-
-def policy_result(
-    cache: HybridPrefixCache, rec: Recorder, mode: str, wall: float, knobs: dict[str, object]
-) -> PolicyResult:
-    s = cache.stats()
-    return PolicyResult(
-        policy=cache.name,
-        mode=mode,
-        capacity_bytes=s.budget_bytes,
-        requests=s.requests,
-        prompt_tokens=s.prompt_tokens,
-        token_hit_rate=s.token_hit_rate,
-        kv_hit_rate=s.kv_hit_rate,
-        request_hit_rate=s.requests_hit / s.requests if s.requests else 0.0,
-        recompute_tokens=s.recompute_tokens,
-        prefill_flops_saved=rec.flops_saved,
-        prefill_flops=rec.prefill_flops,
-        ttft_p50_s=percentile(rec.ttft_s, 50),
-        ttft_p95_s=percentile(rec.ttft_s, 95),
-        ttft_mean_s=sum(rec.ttft_s) / len(rec.ttft_s) if rec.ttft_s else 0.0,
-        peak_bytes=max(rec.used_bytes_peak, s.peak_bytes),
-        capacity_overrun_bytes=max(0, rec.overrun_bytes, s.peak_bytes - s.budget_bytes),
-        kv_bytes_peak=rec.kv_bytes_peak,
-        state_bytes_peak=rec.state_bytes_peak,
-        evictions=sum(s.evictions.values()),
-        padding_waste_bytes=s.padding_waste_bytes,
-        states_inserted=s.states_inserted,
-        checkpoints_skipped=s.checkpoints_skipped,
-        offgrid_dropped=s.offgrid_dropped,
-        waits=s.waits,
-        rejected=rec.rejected,
-        wall_s=wall,
-        knobs=knobs,
-        timeline=rec.closed_timeline(),
-        ttft_samples=tuple(rec.ttft_s),
-        tiers=cache.tier_stats(),
-        reasons=s.reasons,
-    )
-
-
-def reject_uncached(cache: HybridPrefixCache, rec: Recorder, request: Request) -> None:
-    """A request larger than the whole cache: served without caching (a miss), counted. The
-    caller records its TTFT."""
-    rec.rejected += 1
-    rec.prefill_flops += cache.spec.prefill_flops(0, request.prompt_len)
-    cache.note_uncached_request(request.prompt_len)
 
 
 def _serve_alone(
@@ -119,12 +64,6 @@ def _serve_alone(
         middle = request.prompt_len + request.output_len // 2
         now += (request.output_len - 1) * cost.decode_time([middle])
     return now
-
-
-def account_prefill(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
-    spec = cache.spec
-    rec.flops_saved += spec.prefill_flops(0, lease.hit)
-    rec.prefill_flops += spec.prefill_flops(lease.hit, lease.prompt_len - lease.hit)
 
 
 #: ``_Flight.due_at`` once every planned checkpoint is recorded
@@ -208,6 +147,220 @@ class _Flight:
         return 1 << 60
 
 
+class EngineReplay:
+    """One discrete-event replay of ``requests`` through ``cache`` (see the module docstring),
+    run in stages: :meth:`run_until` stops once that many requests have left the queue
+    (admitted, or served alone), :meth:`result` runs it to the end. Stopping changes nothing:
+    the result is the one an uninterrupted run gives, so the simulator carries a bootstrap's
+    winning replay of a trace's head on instead of replaying the head again.
+    ``prefetch``: with tiers, what storage delivers while a request waits. ``publish``: a
+    request's prompt and prefill states join the cache when its prefill ends
+    (``HybridPrefixCache.publish``), as in vLLM and SGLang; else only when it finishes.
+    ``tick`` (settable between stages) is called each time a request finishes."""
+
+    def __init__(
+        self,
+        cache: HybridPrefixCache,
+        requests: Iterable[Request],
+        cost: CostModel,
+        *,
+        token_budget: int = 8192,
+        max_running: int = 256,
+        reject_oversized: bool = False,
+        publish: bool = True,
+        session_idle_s: float | None = DEFAULT_IDLE_S,
+        prefetch: Prefetch | None = None,
+        tick: Tick | None = None,
+    ) -> None:
+        self.cache = cache
+        self.cost = cost
+        self.token_budget = token_budget
+        self.max_running = max_running
+        self.reject_oversized = reject_oversized
+        self.publish = publish
+        self.prefetch = prefetch
+        self.tick = tick
+        #: requests finished so far
+        self.finished = 0
+        self._rec = Recorder()
+        self._sessions = SessionClock(cache, session_idle_s)
+        self._source = iter(requests)
+        self._served = 0
+        self._busy_s = 0.0
+        self._steps = self._loop()
+
+    @property
+    def served(self) -> int:
+        """Requests that have left the queue so far (admitted, or served alone)."""
+        return self._served
+
+    @property
+    def rejected(self) -> int:
+        """Requests served uncached so far because the whole cache could not hold them."""
+        return self._rec.rejected
+
+    def run_until(self, served: int | None) -> EngineReplay:
+        """Run until ``served`` requests have left the queue (None: to the end)."""
+        start = time.perf_counter()
+        try:
+            while served is None or self._served < served:
+                if next(self._steps, _DONE) is _DONE:
+                    break
+        finally:
+            self._busy_s += time.perf_counter() - start
+        return self
+
+    def result(self, knobs: dict[str, object] | None = None) -> PolicyResult:
+        """Run to the end; its result (``wall_s``: the time spent running)."""
+        self.run_until(None)
+        return policy_result(self.cache, self._rec, "engine", self._busy_s, knobs or {})
+
+    def _loop(self) -> Iterator[None]:
+        """The event loop; yields each time a request leaves the queue."""
+        cache, cost, rec, sessions = self.cache, self.cost, self._rec, self._sessions
+        token_budget, max_running = self.token_budget, self.max_running
+        publish, prefetch = self.publish, self.prefetch
+        source = self._source
+        pending = next(source, None)
+        waiting: deque[Request] = deque()
+        running: list[_Flight] = []
+        now = 0.0
+        link_free = 0.0  # when the link loading tiers' data into the device is idle again
+        while pending is not None or waiting or running:
+            while pending is not None and pending.arrival_s <= now:
+                sessions.advance(pending.arrival_s)
+                sessions.begin(pending.session, pending.arrival_s)
+                waiting.append(pending)
+                pending = next(source, None)
+            sessions.advance(now)
+            if not waiting and not running:
+                if pending is None:
+                    raise IntegrityError("pending missing")
+                now = pending.arrival_s
+                continue
+            while waiting and len(running) < max_running:
+                request = waiting[0]
+                waited = now - request.arrival_s
+                try:
+                    lease = cache.admit(
+                        request.prompt,
+                        max_new_tokens=request.output_len,
+                        namespace=request.namespace,
+                        session=request.session,
+                        token_budget=token_budget,
+                        slow_tier_tokens=None if prefetch is None else prefetch.slow_limit(waited),
+                    )
+                except CapacityError:
+                    if not self.reject_oversized:  # read here: a carried replay may change it
+                        raise
+                    if running:
+                        break  # it needs the whole instance: wait until the batch drained
+                    waiting.popleft()
+                    now = _serve_alone(cache, rec, request, cost, now)
+                    sessions.end(request.session, now)
+                    self._served += 1
+                    self.finished += 1
+                    if self.tick is not None:
+                        self.tick()
+                    yield
+                    continue
+                if isinstance(lease, Wait):
+                    break
+                waiting.popleft()
+                points = sorted({p.position for p in lease.plan.checkpoints})
+                reasons = {p.position: p.reason for p in lease.plan.checkpoints}
+                flight = _Flight(
+                    request, lease, lease.hit, points, reasons, list(lease.plan.chunk_ends)
+                )
+                if lease.loaded_bytes_by_tier:
+                    alone = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
+                    moved = cost.load_time(lease.loaded_bytes_by_tier)
+                    # the load link is one resource: a load queues behind the ones before it
+                    queued = max(0.0, link_free - now)
+                    link_free = max(now, link_free) + moved
+                    if prefetch is not None:
+                        flight.load_s = queued + prefetch.ttft_s(cost, lease, alone, waited)
+                    else:
+                        flight.load_s = queued + cost.exposed_load(moved, alone)
+                flight.record_due(cache)
+                running.append(flight)
+                account_prefill(cache, rec, lease)
+                self._served += 1
+                yield
+            if not running:
+                if not waiting:
+                    continue
+                raise IntegrityError("nothing runs yet requests wait: memory accounting leaked")
+            prefill: list[tuple[int, int]] = []
+            decoding = [f for f in running if f.done_prefill]
+            budget = token_budget - len(decoding)
+            prefilling = [f for f in running if not f.done_prefill]
+            for flight in prefilling:
+                if budget <= 0:
+                    break
+                ends = flight.chunk_ends
+                nxt = ends[bisect.bisect_right(ends, flight.position)]
+                limit = flight.position + budget
+                if limit < nxt:
+                    limit = flight.budget_end(limit, nxt, cache.kernel_chunk)
+                target = flight.piece_end(min(nxt, limit), cache.kernel_chunk)
+                prefill.append((flight.position, target - flight.position))
+                budget -= target - flight.position
+                flight.position = target
+                flight.record_due(cache)
+            bulk = 1
+            if not prefill:
+                horizon = min(
+                    min(f.request.output_len - f.generated for f in decoding),
+                    min(f.steps_to_next_checkpoint() for f in decoding),
+                )
+                bulk = max(1, horizon)
+            contexts = [f.position for f in decoding]
+            if bulk > 1:  # decodes only, in bulk: priced at the middle of the run of steps
+                mid = [c + bulk // 2 for c in contexts]
+                step = cost.step_time([], mid)
+                if pending is not None and not waiting:
+                    bulk = max(1, min(bulk, int((pending.arrival_s - now) / step) + 1))
+            else:
+                step = cost.step_time(prefill, contexts)
+            now += step * bulk
+            sessions.advance(now)  # before this step's publishes and finishes insert
+            finished: list[_Flight] = []
+            for flight in decoding:
+                flight.generated += bulk
+                flight.position += bulk
+                if flight.position >= flight.due_at:
+                    flight.record_due(cache)
+                if flight.generated >= flight.request.output_len:
+                    finished.append(flight)
+            for flight in prefilling:
+                if flight.position >= flight.lease.prompt_len and not flight.done_prefill:
+                    flight.done_prefill = True
+                    if publish:
+                        cache.publish(flight.lease)
+                    flight.generated = 1 if flight.request.output_len else 0
+                    rec.ttft_s.append(now - flight.request.arrival_s + flight.load_s)
+                    if flight.request.output_len:
+                        flight.position += 1
+                        flight.record_due(cache)
+                    if flight.generated >= flight.request.output_len:
+                        finished.append(flight)
+            for flight in finished:
+                if flight.request.output_len:
+                    cache.extend(flight.lease, flight.request.output)
+                cache.finish(flight.lease)
+                sessions.end(flight.request.session, now)
+                running.remove(flight)
+                self.finished += 1
+                if self.tick is not None:
+                    self.tick()
+            sample_usage(cache, rec, now, True)
+
+
+#: what ``next`` returns from a finished loop
+_DONE = object()
+
+
 def replay_engine(
     cache: HybridPrefixCache,
     requests: Iterable[Request],
@@ -222,140 +375,16 @@ def replay_engine(
     session_idle_s: float | None = DEFAULT_IDLE_S,
     prefetch: Prefetch | None = None,
 ) -> PolicyResult:
-    """Discrete-event replay of one serving instance (see the module docstring).
-    ``prefetch``: with tiers, what storage delivers while a request waits.
-    ``publish``: a request's prompt and prefill states join the cache when its prefill ends
-    (``HybridPrefixCache.publish``), as in vLLM and SGLang; else only when it finishes."""
-    rec = Recorder()
-    sessions = SessionClock(cache, session_idle_s)
-    start = time.perf_counter()
-    source = iter(requests)
-    pending = next(source, None)
-    waiting: deque[Request] = deque()
-    running: list[_Flight] = []
-    now = 0.0
-    link_free = 0.0  # when the link loading tiers' data into the device is idle again
-    while pending is not None or waiting or running:
-        while pending is not None and pending.arrival_s <= now:
-            sessions.advance(pending.arrival_s)
-            sessions.begin(pending.session, pending.arrival_s)
-            waiting.append(pending)
-            pending = next(source, None)
-        sessions.advance(now)
-        if not waiting and not running:
-            if pending is None:
-                raise IntegrityError("pending missing")
-            now = pending.arrival_s
-            continue
-        while waiting and len(running) < max_running:
-            request = waiting[0]
-            waited = now - request.arrival_s
-            try:
-                lease = cache.admit(
-                    request.prompt,
-                    max_new_tokens=request.output_len,
-                    namespace=request.namespace,
-                    session=request.session,
-                    token_budget=token_budget,
-                    slow_tier_tokens=None if prefetch is None else prefetch.slow_limit(waited),
-                )
-            except CapacityError:
-                if not reject_oversized:
-                    raise
-                if running:
-                    break  # it needs the whole instance: wait until the batch drained
-                waiting.popleft()
-                now = _serve_alone(cache, rec, request, cost, now)
-                sessions.end(request.session, now)
-                if tick is not None:
-                    tick()
-                continue
-            if isinstance(lease, Wait):
-                break
-            waiting.popleft()
-            points = sorted({p.position for p in lease.plan.checkpoints})
-            reasons = {p.position: p.reason for p in lease.plan.checkpoints}
-            flight = _Flight(
-                request, lease, lease.hit, points, reasons, list(lease.plan.chunk_ends)
-            )
-            if lease.loaded_bytes_by_tier:
-                alone = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
-                moved = cost.load_time(lease.loaded_bytes_by_tier)
-                # the load link is one resource: a load queues behind the ones before it
-                queued = max(0.0, link_free - now)
-                link_free = max(now, link_free) + moved
-                if prefetch is not None:
-                    flight.load_s = queued + prefetch.ttft_s(cost, lease, alone, waited)
-                else:
-                    flight.load_s = queued + cost.exposed_load(moved, alone)
-            flight.record_due(cache)
-            running.append(flight)
-            account_prefill(cache, rec, lease)
-        if not running:
-            if not waiting:
-                continue
-            raise IntegrityError("nothing runs yet requests wait: memory accounting leaked")
-        prefill: list[tuple[int, int]] = []
-        decoding = [f for f in running if f.done_prefill]
-        budget = token_budget - len(decoding)
-        prefilling = [f for f in running if not f.done_prefill]
-        for flight in prefilling:
-            if budget <= 0:
-                break
-            ends = flight.chunk_ends
-            nxt = ends[bisect.bisect_right(ends, flight.position)]
-            limit = flight.position + budget
-            if limit < nxt:
-                limit = flight.budget_end(limit, nxt, cache.kernel_chunk)
-            target = flight.piece_end(min(nxt, limit), cache.kernel_chunk)
-            prefill.append((flight.position, target - flight.position))
-            budget -= target - flight.position
-            flight.position = target
-            flight.record_due(cache)
-        bulk = 1
-        if not prefill:
-            horizon = min(
-                min(f.request.output_len - f.generated for f in decoding),
-                min(f.steps_to_next_checkpoint() for f in decoding),
-            )
-            bulk = max(1, horizon)
-        contexts = [f.position for f in decoding]
-        if bulk > 1:  # decodes only, in bulk: priced at the middle of the run of steps
-            mid = [c + bulk // 2 for c in contexts]
-            step = cost.step_time([], mid)
-            if pending is not None and not waiting:
-                bulk = max(1, min(bulk, int((pending.arrival_s - now) / step) + 1))
-        else:
-            step = cost.step_time(prefill, contexts)
-        now += step * bulk
-        sessions.advance(now)  # before this step's publishes and finishes insert
-        finished: list[_Flight] = []
-        for flight in decoding:
-            flight.generated += bulk
-            flight.position += bulk
-            if flight.position >= flight.due_at:
-                flight.record_due(cache)
-            if flight.generated >= flight.request.output_len:
-                finished.append(flight)
-        for flight in prefilling:
-            if flight.position >= flight.lease.prompt_len and not flight.done_prefill:
-                flight.done_prefill = True
-                if publish:
-                    cache.publish(flight.lease)
-                flight.generated = 1 if flight.request.output_len else 0
-                rec.ttft_s.append(now - flight.request.arrival_s + flight.load_s)
-                if flight.request.output_len:
-                    flight.position += 1
-                    flight.record_due(cache)
-                if flight.generated >= flight.request.output_len:
-                    finished.append(flight)
-        for flight in finished:
-            if flight.request.output_len:
-                cache.extend(flight.lease, flight.request.output)
-            cache.finish(flight.lease)
-            sessions.end(flight.request.session, now)
-            running.remove(flight)
-            if tick is not None:
-                tick()
-        sample_usage(cache, rec, now, True)
-    return policy_result(cache, rec, "engine", time.perf_counter() - start, knobs or {})
+    """An :class:`EngineReplay` of ``requests`` run to the end."""
+    return EngineReplay(
+        cache,
+        requests,
+        cost,
+        token_budget=token_budget,
+        max_running=max_running,
+        reject_oversized=reject_oversized,
+        publish=publish,
+        session_idle_s=session_idle_s,
+        prefetch=prefetch,
+        tick=tick,
+    ).result(knobs)

@@ -22,8 +22,8 @@ from hycache.cache.lease import Wait
 from hycache.errors import CapacityError, IntegrityError
 from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder
+from hycache.sim.outcome import account_prefill, policy_result, reject_uncached, sample_usage
 from hycache.sim.prefetch import Prefetch
-from hycache.sim.replay import account_prefill, policy_result, reject_uncached, sample_usage
 from hycache.sim.request import Request
 from hycache.sim.sessions import DEFAULT_IDLE_S, SessionClock
 

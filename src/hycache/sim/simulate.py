@@ -13,7 +13,14 @@ from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
 from hycache.policy.bootstrap import Contest, in_order
 from hycache.policy.tuning import CHOSEN_KNOBS, candidates_for
-from hycache.sim.bootstrap import Choice, Window, bootstrap_window, choose_alpha, choose_knobs
+from hycache.sim.bootstrap import (
+    Choice,
+    Window,
+    bootstrap_window,
+    choose_alpha,
+    choose_knobs,
+)
+from hycache.sim.carry import HeadReplay
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS, replay_disagg
 from hycache.sim.garbage import YOUNG_THRESHOLD, collect_dropped, fewer_collections
@@ -21,7 +28,7 @@ from hycache.sim.hardware import hardware_knobs
 from hycache.sim.metrics import PolicyResult
 from hycache.sim.prefetch import Prefetch
 from hycache.sim.progress import Progress
-from hycache.sim.replay import replay_engine
+from hycache.sim.replay import EngineReplay, replay_engine
 from hycache.sim.serial import SerialReplay, replay_serial
 from hycache.sim.sessions import DEFAULT_IDLE_S
 from hycache.sim.source import Source, rest
@@ -136,6 +143,24 @@ def _run_policy(
         )
         return done.feed(window.requests())
 
+    def replay_in_mode(extra: Mapping[str, object], window: Window) -> HeadReplay:
+        """``hycache``'s bootstrap replay of ``window`` in the run's own mode. In engine mode
+        requests overlap, so which states are taken, published and reused differs from a
+        serial replay: the engine loop runs on the whole source until the window's requests
+        have left the queue (those that come after wait behind them), and can go on from
+        there (requests no cache of this size holds run alone, uncached)."""
+        if config.mode != "engine":
+            return replay(extra, window)
+        cache = _build(config, preset, capacity, extra)
+        return EngineReplay(
+            cache,
+            source(),
+            config.cost,
+            token_budget=cache.config.token_budget or config.token_budget,
+            reject_oversized=True,
+            session_idle_s=config.session_idle_s,
+        ).run_until(window.count)
+
     def finish(choice: Choice) -> PolicyResult:
         """The replay of the whole source with the bootstrap's choice, which it records."""
         if choice.window_requests is not None:
@@ -156,10 +181,10 @@ def _run_policy(
             int(resolved["bootstrap_multiplier"] or 5),
             candidates_for(knobs, tune_clock=bool(resolved["tune_clock"])),
             float(resolved["tune_margin"] or 0),
-            replay,
+            replay_in_mode,
             contest,
             finish,
-            carry=carry,
+            carry=carry or (config.mode == "engine" and config.tiers is None),
         )
     return finish(Choice())
 
@@ -170,7 +195,7 @@ def _final_replay(
     capacity: int,
     source: Source,
     extra: Mapping[str, object],
-    carried: SerialReplay | None,
+    carried: HeadReplay | None,
     total: int | None,
 ) -> PolicyResult:
     """``run_policy``'s replay of the whole source with the bootstrap's choice ``extra``,
@@ -182,7 +207,7 @@ def _final_replay(
     bar = Progress(total, f"{preset} {config.mode}", enabled=config.progress)
     try:
         if config.mode == "serial":
-            if carried is not None and _can_carry(config, carried):
+            if isinstance(carried, SerialReplay) and _can_carry(config, carried):
                 carried.reject_oversized = config.reject_oversized
                 bar.advance(carried.served)
                 remaining = rest(source, carried.served)
@@ -195,6 +220,15 @@ def _final_replay(
                 prefetch=prefetch,
             )
             return replay.feed(source(), bar.advance).result(shown)
+        if (
+            config.mode == "engine"
+            and isinstance(carried, EngineReplay)
+            and _can_carry(config, carried)
+        ):
+            carried.reject_oversized = config.reject_oversized
+            bar.advance(carried.finished)
+            carried.tick = bar.advance
+            return carried.result(shown)
         cache = _build(config, preset, capacity, extra)
         if config.mode == "disagg":
             decode = _build(config, preset, config.decode_capacity or capacity, extra)
@@ -225,9 +259,9 @@ def _final_replay(
         bar.close()
 
 
-def _can_carry(config: SimulationConfig, replay: SerialReplay) -> bool:
-    """Whether the serial run under ``config`` starts exactly as the bootstrap ``replay`` did:
-    no tiers (a bootstrap replays without prefetch), and no request it served uncached that the
+def _can_carry(config: SimulationConfig, replay: HeadReplay) -> bool:
+    """Whether the run under ``config`` starts exactly as the bootstrap ``replay`` did: no
+    tiers (a bootstrap replays without prefetch), and no request it served uncached that the
     run must reject with its CapacityError instead."""
     return config.tiers is None and (config.reject_oversized or replay.rejected == 0)
 
