@@ -184,10 +184,9 @@ class EngineReplay:
         self.finished = 0
         self._rec = Recorder()
         self._sessions = SessionClock(cache, session_idle_s)
-        self._source = iter(requests)
         self._served = 0
         self._busy_s = 0.0
-        self._steps = self._loop()
+        self._steps = self._loop(iter(requests))
 
     @property
     def served(self) -> int:
@@ -204,8 +203,9 @@ class EngineReplay:
         start = time.perf_counter()
         try:
             while served is None or self._served < served:
-                if next(self._steps, _DONE) is _DONE:
-                    break
+                next(self._steps)
+        except StopIteration:
+            pass  # the loop has run to its end
         finally:
             self._busy_s += time.perf_counter() - start
         return self
@@ -215,12 +215,11 @@ class EngineReplay:
         self.run_until(None)
         return policy_result(self.cache, self._rec, "engine", self._busy_s, knobs or {})
 
-    def _loop(self) -> Iterator[None]:
-        """The event loop; yields each time a request leaves the queue."""
+    def _loop(self, source: Iterator[Request]) -> Iterator[None]:
+        """The event loop over ``source``; yields each time a request leaves the queue."""
         cache, cost, rec, sessions = self.cache, self.cost, self._rec, self._sessions
         token_budget, max_running = self.token_budget, self.max_running
         publish, prefetch = self.publish, self.prefetch
-        source = self._source
         pending = next(source, None)
         waiting: deque[Request] = deque()
         running: list[_Flight] = []
@@ -355,10 +354,6 @@ class EngineReplay:
                 if self.tick is not None:
                     self.tick()
             sample_usage(cache, rec, now, True)
-
-
-#: what ``next`` returns from a finished loop
-_DONE = object()
 
 
 def replay_engine(

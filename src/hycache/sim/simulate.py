@@ -13,13 +13,7 @@ from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
 from hycache.policy.bootstrap import Contest, in_order
 from hycache.policy.tuning import CHOSEN_KNOBS, candidates_for
-from hycache.sim.bootstrap import (
-    Choice,
-    Window,
-    bootstrap_window,
-    choose_alpha,
-    choose_knobs,
-)
+from hycache.sim.bootstrap import Choice, Window, bootstrap_window, choose_alpha, choose_knobs
 from hycache.sim.carry import HeadReplay
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS, replay_disagg
@@ -133,6 +127,8 @@ def _run_policy(
     resolved = resolve_knobs(preset, knobs)
     #: whether the last replay may carry on a bootstrap replay (``_can_carry`` decides more)
     carry = config.mode == "serial" and config.tiers is None
+    #: the same for ``hycache``'s candidates, replayed in the run's own mode
+    carry_in_mode = config.mode in ("serial", "engine") and config.tiers is None
 
     def replay(extra: Mapping[str, object], window: Window) -> SerialReplay:
         """A bootstrap replay of ``window`` (requests no cache of this size holds are served
@@ -184,7 +180,7 @@ def _run_policy(
             replay_in_mode,
             contest,
             finish,
-            carry=carry or (config.mode == "engine" and config.tiers is None),
+            carry=carry_in_mode,
         )
     return finish(Choice())
 
