@@ -235,7 +235,7 @@ def test_heap_policies_forget_entries_that_are_gone(policy: HeapEviction) -> Non
         cache.finish(lease)
     assert sum(cache.stats().evictions.values()) > 1000
     live = sum(1 for n in cache.tree.iter_nodes() for c in cache.tree.components if c.has(n))
-    bound = 2 * live + COMPACT_SLACK + 8
+    bound = policy.compact_factor * live + COMPACT_SLACK + 8
     parked = sum(len(entries) for entries in policy._parked.values())
     assert sum(len(h) for h in policy._heaps.values()) + parked <= bound
     assert len(policy._current) <= bound

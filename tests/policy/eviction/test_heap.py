@@ -207,3 +207,67 @@ def test_parked_entries_wait_for_their_node_and_all_come_back() -> None:
     assert not policy._parked
     assert not any(n.parent is not None for n in cache.tree.iter_nodes())
     cache.check_integrity()
+
+
+# ====================================================================== compaction's pace
+class CountingLRU(LRUEviction):
+    compactions = 0
+
+    def _compact(self) -> None:
+        self.compactions += 1
+        super()._compact()
+
+
+class CountingValue(ValueEviction):
+    compactions = 0
+
+    def _compact(self) -> None:
+        self.compactions += 1
+        super()._compact()
+
+
+#: policies whose victims do not depend on where entries sit in a heap (no sampler reads it)
+LAYOUT_FREE: dict[str, Callable[[], CountingLRU | CountingValue]] = {
+    "lru": CountingLRU,
+    "lru-state-only": lambda: CountingLRU(refresh_state_path=False),
+    "value-aged": lambda: CountingValue(learn_aging=False),
+    "value-flat": lambda: CountingValue(aging_horizon=0),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUT_FREE))
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_layout_free_policy_evicts_the_same_whenever_it_compacts(name: str, shared: bool) -> None:
+    """Such a policy compacts less often (``LAYOUT_FREE_COMPACT_FACTOR``); with the pace of
+    the others (2) every victim, in order, and the content after every request are the same."""
+    policies = [LAYOUT_FREE[name](), LAYOUT_FREE[name]()]
+    assert policies[0].compact_factor > 2
+    policies[1].compact_factor = 2
+    caches = [cache_with(p, shared=shared, pages=30) for p in policies]
+    victims: list[list[tuple[int, int, str]]] = [[], []]
+    for cache, seen in zip(caches, victims, strict=True):
+        cache.accounting.on_evict = lambda node, c, seen=seen: seen.append(
+            (node.start, node.end, c.name)
+        )
+    rngs = [random.Random(3), random.Random(3)]
+    histories: list[list[list[int]]] = [[[] for _ in range(4)] for _ in caches]
+    for _ in range(300):
+        for cache, rng, sessions in zip(caches, rngs, histories, strict=True):
+            history = sessions[rng.randrange(len(sessions))]
+            if len(history) > 150 or rng.random() < 0.1:
+                history[:] = history[: rng.randrange(len(history) + 1)]
+            history.extend(rng.randrange(1000) for _ in range(rng.randint(1, 60)))
+            serve_turn(cache, history, rng, rng.randint(0, 20))
+        assert victims[0] == victims[1]
+        assert content(caches[0]) == content(caches[1])
+    counts = [p.compactions for p in policies]
+    assert 0 < counts[0] < counts[1]  # both compacted, at different times
+    assert len(victims[0]) > 100
+
+
+def test_a_learned_clock_keeps_the_default_pace() -> None:
+    """The aging clocks' sampler draws heap positions: when a compaction runs changes what it
+    draws, so the learned clock compacts at the default pace."""
+    assert ValueEviction().compact_factor == 2
+    assert ValueEviction(aging_horizon=0).compact_factor > 2
+    assert GDSFEviction().compact_factor == 2  # a compaction forgets its frequencies

@@ -27,8 +27,11 @@ from hycache.tree.node import Node
 Key = tuple[float, ...]
 Entry = tuple[Key, int, Node, int]
 
-#: heap entries allowed beyond twice the live ones before a compaction
+#: heap entries allowed beyond ``compact_factor`` times the live ones before a compaction
 COMPACT_SLACK = 256
+#: ``compact_factor`` of a policy whose victims do not depend on the heaps' layout (see
+#: ``HeapEviction.compact_factor``)
+LAYOUT_FREE_COMPACT_FACTOR = 4
 
 
 class HeapEviction(EvictionPolicy):
@@ -37,6 +40,14 @@ class HeapEviction(EvictionPolicy):
     #: refresh the whole hit path (True) or only the node whose state was used (False) for
     #: recurrent entries; attention KV entries on the path are always refreshed.
     refresh_state_path: bool = True
+    #: a compaction runs once the heaps hold more than this many times the live entries (plus
+    #: ``COMPACT_SLACK``); its cost per push is about ``factor / (factor - 1)`` scans of an
+    #: entry, its memory ``factor`` times the live entries. The pops do not depend on when it
+    #: runs (it keeps each live entry's first heap entry), but where entries sit in a heap does:
+    #: 2 for policies that read the layout (the aging clocks' sampler) or keep records a
+    #: compaction forgets and a later key reads (GDSF's frequencies); subclasses whose victims
+    #: depend on neither use ``LAYOUT_FREE_COMPACT_FACTOR``.
+    compact_factor: int = 2
 
     def __init__(self, *, session_aware: bool = False, pins_published_state: bool = True) -> None:
         super().__init__()
@@ -85,7 +96,7 @@ class HeapEviction(EvictionPolicy):
         self._current[(node, slot)] = key
         heapq.heappush(self._slot_heap[slot], (key, next(self._seq), node, slot))
         self._entries += 1
-        if self._entries > 2 * self._kept + COMPACT_SLACK and not self._stash:
+        if self._entries > self.compact_factor * self._kept + COMPACT_SLACK and not self._stash:
             self._compact()
 
     def _compact(self) -> None:

@@ -6,7 +6,7 @@ from collections.abc import KeysView
 
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
-from hycache.policy.eviction.heap import HeapEviction, Key
+from hycache.policy.eviction.heap import LAYOUT_FREE_COMPACT_FACTOR, HeapEviction, Key
 from hycache.tree.node import Node
 
 
@@ -26,6 +26,8 @@ class LRUEviction(HeapEviction):
         states_first: bool = False,
     ) -> None:
         super().__init__(session_aware=session_aware, pins_published_state=pins_published_state)
+        # a key reads only the stamp its own insert or hit just wrote
+        self.compact_factor = LAYOUT_FREE_COMPACT_FACTOR
         self.refresh_state_path = refresh_state_path
         self.states_first = states_first
         self._stamp: dict[tuple[Node, int], int] = {}

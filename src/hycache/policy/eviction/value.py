@@ -38,7 +38,7 @@ from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS
 from hycache.policy.eviction.aging import AgingClocks
 from hycache.policy.eviction.base import EvictionContext
 from hycache.policy.eviction.guesses import GuessPins
-from hycache.policy.eviction.heap import HeapEviction, Key
+from hycache.policy.eviction.heap import LAYOUT_FREE_COMPACT_FACTOR, HeapEviction, Key
 from hycache.tree.node import Node
 
 #: how far down a chain ``superseded`` looks, and how many descendants a re-key visits
@@ -95,6 +95,8 @@ class ValueEviction(HeapEviction):
         self._frontier_hits = 0
         self._typical = 0.0
         self._aging = AgingClocks(aging_horizon, learn=learn_aging)
+        if not self._aging.learn:  # no sampler reads the heaps' layout
+            self.compact_factor = LAYOUT_FREE_COMPACT_FACTOR
         self._dirty: list[Node] = []
 
     def attach(self, context: EvictionContext) -> None:
