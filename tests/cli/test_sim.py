@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -226,3 +229,42 @@ def test_reasons_prints_checkpoints_by_reason_and_json_always_has_them(
             assert f"\n{name} " in text[head:] and f" {reason} " in text[head:]
     hycache = data["policies"]["hycache"]["checkpoint_reasons"]
     assert sum(r["hits"] for r in hycache.values()) > 0
+
+
+BLAS_PROBE = """
+import os, sys
+from hycache.cli.main import main
+rc = main(sys.argv[1:])
+import numpy  # imported by the trace run already
+print(rc, os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.parametrize("preset", [None, "2"])
+def test_a_trace_run_keeps_numpy_to_one_blas_thread(preset: str | None, tmp_path: Path) -> None:
+    """A trace run imports numpy only to keep arrays: OpenBLAS starts no worker thread, whose
+    polling would take CPU from the replays. A count the user set is kept."""
+    trace = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_synthetic.jsonl.gz"
+    unset = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    argv = ["simulate", "--trace", str(trace), "--requests", "12", "--model", MODEL]
+    argv += ["--capacity", "40GB", "--policy", "vllm", "--jobs", "1"]
+    argv += ["--trace-cache", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    rc, count, threads = done.stdout.split()[-3:]
+    assert rc == "0"
+    assert count == (preset or "1")
+    if preset is None:
+        assert threads == "1"  # no thread beside the main one
+    elif (os.cpu_count() or 1) > 1:
+        assert int(threads) > 1  # the user's count: numpy did start its thread
