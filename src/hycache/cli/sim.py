@@ -207,10 +207,10 @@ def idle_seconds_arg(text: str) -> float | None:
 
 
 def _single_threaded_blas() -> None:
-    """Call before numpy's first import. The simulator keeps traces in numpy arrays and does
-    no linear algebra, yet the thread OpenBLAS starts on import polls for work and takes CPU
-    from the replays (and, on a small machine, from the forked workers). A count the user
-    set is kept."""
+    """Call before numpy's first import (``make_source``'s, which every trace command runs
+    first). The simulator keeps traces in numpy arrays and does no linear algebra, yet the
+    thread OpenBLAS starts on import polls for work and takes CPU from the replays (and, on
+    a small machine, from the forked workers). A count the user set is kept."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
@@ -238,7 +238,6 @@ def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
 
 def _trace_cache_dir(args: argparse.Namespace) -> str | Path | None:
     """Where parsed traces are kept (None: nowhere, ``--trace-cache none``)."""
-    _single_threaded_blas()
     from hycache.sim.trace_cache import default_cache_dir  # needs numpy
 
     cache: str | Path = args.trace_cache or default_cache_dir()
@@ -251,7 +250,6 @@ def _footprint(args: argparse.Namespace, config: SimulationConfig, source: Sourc
     cache = _trace_cache_dir(args) if args.trace else None
     if cache is None:
         return footprint_bytes(config, source)
-    _single_threaded_blas()
     from hycache.sim.trace_cache import cached_derived  # needs numpy
 
     spec = hashlib.sha256(repr(config.spec).encode()).hexdigest()
