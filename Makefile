@@ -30,7 +30,7 @@ $(STAMP_DEV): pyproject.toml | $(BIN)/python
 $(STAMP_FAST): $(SOURCES)
 	rm -rf $(FAST) build
 	$(PY) -m venv $(FAST) || python3 -m venv $(FAST)
-	$(FAST)/bin/pip install -q --upgrade pip setuptools wheel 'mypy>=1.10' 'numpy>=1.24'
+	$(FAST)/bin/pip install -q --upgrade pip setuptools wheel 'mypy>=1.10'
 	HYCACHE_COMPILE=1 $(FAST)/bin/pip install -q --no-build-isolation '.[sim]'
 	rm -rf build
 	touch $@

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -231,40 +230,29 @@ def test_reasons_prints_checkpoints_by_reason_and_json_always_has_them(
     assert sum(r["hits"] for r in hycache.values()) > 0
 
 
-BLAS_PROBE = """
-import os, sys
+NUMPY_PROBE = """
+import sys
 from hycache.cli.main import main
 rc = main(sys.argv[1:])
-import numpy  # imported by the trace run already
-print(rc, os.environ.get("OPENBLAS_NUM_THREADS"), len(os.listdir("/proc/self/task")))
+print(rc, "numpy" in sys.modules)
 """
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
-@pytest.mark.parametrize("preset", [None, "2"])
-def test_a_trace_run_keeps_numpy_to_one_blas_thread(preset: str | None, tmp_path: Path) -> None:
-    """A trace run imports numpy only to keep arrays: OpenBLAS starts no worker thread, whose
-    polling would take CPU from the replays. A count the user set is kept."""
+def test_a_trace_run_never_imports_numpy(tmp_path: Path) -> None:
+    """A trace run, parse cache cold then warm, keeps the trace in standard-library arrays:
+    numpy's import (and the OpenBLAS thread it starts) would be a large share of a short
+    run."""
     trace = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_synthetic.jsonl.gz"
-    unset = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    if preset is not None:
-        env["OPENBLAS_NUM_THREADS"] = preset
     argv = ["simulate", "--trace", str(trace), "--requests", "12", "--model", MODEL]
-    argv += ["--capacity", "40GB", "--policy", "vllm", "--jobs", "1"]
+    argv += ["--capacity", "40%", "--policy", "vllm,hycache", "--jobs", "1"]
     argv += ["--trace-cache", str(tmp_path)]
-    done = subprocess.run(
-        [sys.executable, "-c", BLAS_PROBE, *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    rc, count, threads = done.stdout.split()[-3:]
-    assert rc == "0"
-    assert count == (preset or "1")
-    if preset is None:
-        assert threads == "1"  # no thread beside the main one
-    elif (os.cpu_count() or 1) > 1:
-        assert int(threads) > 1  # the user's count: numpy did start its thread
+    for run in ("cold", "warm"):
+        done = subprocess.run(
+            [sys.executable, "-c", NUMPY_PROBE, *argv],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        assert done.stdout.split()[-2:] == ["0", "False"], run
+        assert len(list(tmp_path.glob("*.trace"))) == 1, run

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import json
 from pathlib import Path
 
 import pytest
 
-from hycache.errors import InputError
+from hycache.errors import InputError, IntegrityError
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.parsed import ParsedTrace
@@ -95,13 +96,13 @@ def test_disk_cache_is_keyed_by_content(tmp_path: Path) -> None:
     again = load_trace(path, cache_dir=cache)
     assert list(again()) == list(first())
     # a damaged cache file is a miss, parsed again and replaced
-    stored.write_bytes(b"not a zip")
+    stored.write_bytes(b"not a parsed trace")
     assert list(load_trace(path, cache_dir=cache)()) == list(first())
     # an edited trace gets its own entry
     path.write_text(path.read_text().replace('"ts": 3.0', '"ts": 4.0'))
     edited = load_trace(path, cache_dir=cache)
     assert [r.arrival_s for r in edited()][-1] == 4.0
-    assert len(list(cache.glob("*.npz"))) == 2
+    assert len(list(cache.glob("*.trace"))) == 2
 
 
 def test_malformed_trace_raises_and_caches_nothing(tmp_path: Path) -> None:
@@ -112,14 +113,50 @@ def test_malformed_trace_raises_and_caches_nothing(tmp_path: Path) -> None:
         handle.write('{"timestamp": 0, "input_length": 10, "output_length": 1}\n')
     with pytest.raises(InputError, match=r"bad.jsonl.gz:2: missing field 'hash_ids'"):
         load_trace(path, cache_dir=cache)
-    assert not list(cache.glob("*.npz"))
+    assert not list(cache.glob("*.trace"))
     assert len(load_trace(path, limit=1, cache_dir=cache)) == 1
 
 
-def test_parsed_round_trips_through_arrays(tmp_path: Path) -> None:
-    parsed = load_trace(_hycache(tmp_path))
-    back = ParsedTrace.from_arrays(parsed.arrays())
+def _stored(parsed: ParsedTrace) -> bytes:
+    handle = io.BytesIO()
+    parsed.write(handle)
+    return handle.getvalue()
+
+
+@pytest.mark.parametrize("make", [_marconi, _hycache])
+def test_parsed_round_trips_through_its_stored_form(tmp_path: Path, make: object) -> None:
+    parsed = load_trace(make(tmp_path))  # type: ignore[operator]
+    back = ParsedTrace.read(io.BytesIO(_stored(parsed)))
     assert list(back()) == list(parsed())
+    assert back.nbytes == parsed.nbytes > 0
+
+
+def test_a_damaged_stored_form_is_refused(tmp_path: Path) -> None:
+    """Cut short, too long, another schema or byte order, a broken header: IntegrityError
+    (the cache reads any of them as a miss)."""
+    stored = _stored(load_trace(_marconi(tmp_path)))
+    header, body = stored.split(b"\n", 1)
+    fields = json.loads(header)
+    other_schema = json.dumps({**fields, "schema": fields["schema"] + 1}).encode()
+    other_order = json.dumps(
+        {**fields, "byteorder": "big" if fields["byteorder"] == "little" else "little"}
+    ).encode()
+    longer_spans = json.dumps(
+        {**fields, "lengths": [fields["lengths"][0] + 1, *fields["lengths"][1:]]}
+    ).encode()
+    damaged = {
+        "cut short": stored[:-3],
+        "too long": stored + b"\0",
+        "other schema": other_schema + b"\n" + body,
+        "other byte order": other_order + b"\n" + body,
+        "lengths that do not fit": longer_spans + b"\n" + body,
+        "broken header": b"{" + body,
+        "empty": b"",
+    }
+    for what, data in damaged.items():
+        with pytest.raises(IntegrityError):
+            ParsedTrace.read(io.BytesIO(data))
+            pytest.fail(what)
 
 
 @pytest.mark.parametrize("mode", ["serial", "engine"])

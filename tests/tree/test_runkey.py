@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from array import array
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hycache.tree import runkey
 from hycache.tree.keys import TOKEN_BYTES, concat, decode_tokens, encode_tokens
 from hycache.tree.runkey import RunKey
 
@@ -62,3 +64,28 @@ def test_common_tokens_counts_the_shared_ids(
     while shared < min(len(ids_a), len(ids_b)) and ids_a[shared] == ids_b[shared]:
         shared += 1
     assert a.common_tokens(b, offset) == shared
+
+
+def test_a_page_that_spans_blocks_is_hashed_from_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page slice spanning two trace blocks (two runs) is looked up again as a fresh slice:
+    its hash comes from the memo, without expanding its ids again, and equals the bytes'."""
+    expanded: list[int] = []
+    real_ramp = runkey.ramp
+
+    def counting_ramp(start: int, length: int) -> bytes:
+        expanded.append(length)
+        return real_ramp(start, length)
+
+    monkeypatch.setattr(runkey, "ramp", counting_ramp)
+    prompt = RunKey.of_runs([(7 * 512, 512), (90 * 512, 512), (3 * 512, 512)])
+    page = slice(500 * TOKEN_BYTES, 1076 * TOKEN_BYTES)  # 12 ids of one block, 564 of the next
+    encoded = bytes(prompt)
+    first = hash(prompt[page])
+    assert expanded[3:], "the first hash expands the ids"
+    expanded.clear()
+    assert hash(prompt[page]) == first == hash(encoded[page])
+    assert not expanded  # the fresh slice's hash came from the memo
+    monkeypatch.setattr(runkey, "RUN_HASH_MEMO", 1)  # a full memo starts over, hashes unchanged
+    for start in range(0, 1000, 100):
+        piece = prompt[start * TOKEN_BYTES : (start + 576) * TOKEN_BYTES]
+        assert hash(piece) == hash(bytes(piece))

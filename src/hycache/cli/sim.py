@@ -15,7 +15,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -49,6 +48,7 @@ from hycache.sim.report import (
 )
 from hycache.sim.request import Request
 from hycache.sim.simulate import MODES, SimulationConfig, footprint_bytes, infinite_hit_rate
+from hycache.sim.trace_cache import cached_derived, default_cache_dir, load_trace
 from hycache.sim.trace_stats import trace_stats
 from hycache.sim.tune import recommend
 from hycache.sim.workloads import WORKLOADS, generate
@@ -206,14 +206,6 @@ def idle_seconds_arg(text: str) -> float | None:
     return non_negative_float(text)
 
 
-def _single_threaded_blas() -> None:
-    """Call before numpy's first import (``make_source``'s, which every trace command runs
-    first). The simulator keeps traces in numpy arrays and does no linear algebra, yet the
-    thread OpenBLAS starts on import polls for work and takes CPU from the replays (and, on
-    a small machine, from the forked workers). A count the user set is kept."""
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-
 def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
     """A re-iterable request source, its size, and a label. Checks the source up front."""
     if args.trace:
@@ -222,9 +214,6 @@ def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
         path = str(args.trace)
         if not Path(path).is_file():
             raise InputError(path, "no such trace file")
-        _single_threaded_blas()
-        from hycache.sim.trace_cache import load_trace  # needs numpy
-
         parsed = load_trace(path, limit=args.requests, cache_dir=_trace_cache_dir(args))
         return parsed, len(parsed), Path(path).name
     if args.trace_cache is not None:
@@ -238,8 +227,6 @@ def make_source(args: argparse.Namespace) -> tuple[Source, int, str]:
 
 def _trace_cache_dir(args: argparse.Namespace) -> str | Path | None:
     """Where parsed traces are kept (None: nowhere, ``--trace-cache none``)."""
-    from hycache.sim.trace_cache import default_cache_dir  # needs numpy
-
     cache: str | Path = args.trace_cache or default_cache_dir()
     return None if str(cache).strip().lower() == "none" else cache
 
@@ -250,8 +237,6 @@ def _footprint(args: argparse.Namespace, config: SimulationConfig, source: Sourc
     cache = _trace_cache_dir(args) if args.trace else None
     if cache is None:
         return footprint_bytes(config, source)
-    from hycache.sim.trace_cache import cached_derived  # needs numpy
-
     spec = hashlib.sha256(repr(config.spec).encode()).hexdigest()
     return cached_derived(
         args.trace,

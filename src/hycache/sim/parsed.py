@@ -1,29 +1,27 @@
 """A trace parsed once into compact arrays, replayed as often as needed.
 
-:class:`ParsedTrace` holds every request of a trace in a few numpy arrays: arrivals, and for
-each request's prompt and output a span of one of two pools, explicit token ids (int64) or
-runs of consecutive ids (first id, count; a Mooncake prompt is one run per stretch of
-consecutive hash ids, a synthetic output one run). Calling it yields the requests again, one
-at a time, so a trace is parsed and validated once per process (or loaded from the on-disk
-cache, :mod:`hycache.sim.trace_cache`) and shared by every policy, bootstrap replay and
-capacity.
-The conversation trace (145M prompt tokens) takes under 2 MB this way.
+:class:`ParsedTrace` holds every request of a trace in a few flat arrays (``array`` of the
+standard library): arrivals, and for each request's prompt and output a span of one of two
+pools, explicit token ids (int64) or runs of consecutive ids (first id, count; a Mooncake
+prompt is one run per stretch of consecutive hash ids, a synthetic output one run). Calling it
+yields the requests again, one at a time, so a trace is parsed and validated once per process
+(or loaded from the on-disk cache, :mod:`hycache.sim.trace_cache`) and shared by every policy,
+bootstrap replay and capacity. The conversation trace (145M prompt tokens) takes under 2 MB
+this way. The arrays need no numpy: importing it would be a large share of a short run.
 
 Scale with blocks: runs are yielded as :class:`~hycache.tree.runkey.RunKey` keys, which the
 cache slices, compares and stores run by run (a Mooncake block is one run or part of one, not
 512 ids), and which it treats exactly as the expanded ids that
 :func:`hycache.sim.trace.read_trace` yields (``with_run_keys(False)`` yields those).
-
-Needs numpy (the ``sim`` extra).
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from array import array
 from collections.abc import Iterable, Iterator
-from typing import Any
-
-import numpy as np
+from typing import IO
 
 from hycache.errors import IntegrityError
 from hycache.sim.request import Request
@@ -32,10 +30,12 @@ from hycache.tree.keys import TokenKey
 
 #: Pools a span may point into.
 TOKENS, RUNS = 0, 1
-#: Bumped whenever the arrays' meaning changes (old cache files are then ignored).
-SCHEMA = 1
-
-Array = np.ndarray[Any, Any]
+#: Bumped whenever the stored form's meaning changes (old cache files are then ignored).
+SCHEMA = 2
+#: numbers per request in ``spans``: prompt (pool, lo, hi), output (pool, lo, hi)
+SPAN = 6
+#: the stored arrays, in file order (``arrival`` float64, the others int64)
+STORED = ("arrival", "spans", "tokens", "run_first", "run_count")
 
 
 class _Builder:
@@ -72,13 +72,14 @@ class _Builder:
         self.namespaces.append(line.namespace)
 
     def build(self) -> ParsedTrace:
-        tokens = np.frombuffer(b"".join(self.tokens), dtype=np.int64)
+        tokens = array("q")
+        tokens.frombytes(b"".join(self.tokens))
         return ParsedTrace(
-            arrival=np.array(self.arrival, dtype=np.float64),
-            spans=np.array(self.spans, dtype=np.int64).reshape(-1, 6),
+            arrival=array("d", self.arrival),
+            spans=array("q", [n for span in self.spans for n in span]),
             tokens=tokens,
-            run_first=np.array(self.run_first, dtype=np.int64),
-            run_count=np.array(self.run_count, dtype=np.int64),
+            run_first=array("q", self.run_first),
+            run_count=array("q", self.run_count),
             ids=self.ids,
             sessions=self.sessions,
             namespaces=self.namespaces,
@@ -88,23 +89,24 @@ class _Builder:
 class ParsedTrace:
     """Every request of a trace in compact arrays; ``trace()`` (a re-iterable source) yields
     them in file order, ``trace.head(n)`` the first ``n``. Picklable. ``run_keys``: runs of
-    ids are yielded as run keys (default), else expanded to encoded keys (the same ids)."""
+    ids are yielded as run keys (default), else expanded to encoded keys (the same ids).
+    ``spans`` holds ``SPAN`` numbers per request."""
 
     def __init__(
         self,
         *,
-        arrival: Array,
+        arrival: array[float],
         run_keys: bool = True,
-        spans: Array,
-        tokens: Array,
-        run_first: Array,
-        run_count: Array,
+        spans: array[int],
+        tokens: array[int],
+        run_first: array[int],
+        run_count: array[int],
         ids: list[str],
         sessions: list[str | None],
         namespaces: list[str | None],
     ) -> None:
         n = len(arrival)
-        if not (spans.shape == (n, 6) and len(ids) == len(sessions) == len(namespaces) == n):
+        if not (len(spans) == SPAN * n and len(ids) == len(sessions) == len(namespaces) == n):
             raise IntegrityError("parsed trace arrays of different lengths")
         self.run_keys = run_keys
         self.arrival = arrival
@@ -151,9 +153,9 @@ class ParsedTrace:
         """Requests ``start .. stop-1`` (clipped to the trace), with their own arrival times."""
         end = min(stop, len(self))
         arrival = self.arrival.tolist()
-        spans = self.spans[:end].tolist()
+        spans = self.spans[: SPAN * end].tolist()
         for index in range(max(0, start), end):
-            pk, plo, phi, ok, olo, ohi = spans[index]
+            pk, plo, phi, ok, olo, ohi = spans[SPAN * index : SPAN * index + SPAN]
             yield Request(
                 self.ids[index],
                 arrival[index],
@@ -170,42 +172,66 @@ class ParsedTrace:
 
     def runs(self, lo: int, hi: int) -> Runs:
         """Runs ``lo .. hi-1`` of the run pool."""
-        return tuple(
-            zip(self.run_first[lo:hi].tolist(), self.run_count[lo:hi].tolist(), strict=True)
-        )
+        return tuple(zip(self.run_first[lo:hi], self.run_count[lo:hi], strict=True))
+
+    def _arrays(self) -> tuple[array[float], array[int], array[int], array[int], array[int]]:
+        """The numeric arrays, in ``STORED``'s order."""
+        return (self.arrival, self.spans, self.tokens, self.run_first, self.run_count)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the numeric arrays."""
-        arrays = (self.arrival, self.spans, self.tokens, self.run_first, self.run_count)
-        return sum(a.nbytes for a in arrays)
+        return sum(len(a) * a.itemsize for a in self._arrays())
 
     # ------------------------------------------------------------------ (de)serialising
-    def arrays(self) -> dict[str, Array]:
-        """Every field as an array (``np.savez`` of it is :meth:`from_arrays`' input)."""
-        text = json.dumps([self.ids, self.sessions, self.namespaces]).encode()
-        return {
-            "schema": np.array([SCHEMA], dtype=np.int64),
-            "arrival": self.arrival,
-            "spans": self.spans,
-            "tokens": self.tokens,
-            "run_first": self.run_first,
-            "run_count": self.run_count,
-            "names": np.frombuffer(text, dtype=np.uint8),
+    def write(self, handle: IO[bytes]) -> None:
+        """Store the trace: one JSON line (schema, byte order, names, array lengths), then
+        every array's machine bytes in ``STORED``'s order (:meth:`read` reads it back)."""
+        header = {
+            "schema": SCHEMA,
+            "byteorder": sys.byteorder,
+            "names": [self.ids, self.sessions, self.namespaces],
+            "lengths": [len(a) for a in self._arrays()],
         }
+        handle.write(json.dumps(header).encode() + b"\n")
+        for values in self._arrays():
+            values.tofile(handle)
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, Array]) -> ParsedTrace:
-        """The inverse of :meth:`arrays`; IntegrityError when they do not fit together."""
-        if int(arrays["schema"][0]) != SCHEMA:
-            raise IntegrityError("parsed trace of another schema")
-        ids, sessions, namespaces = json.loads(arrays["names"].tobytes().decode())
+    def read(cls, handle: IO[bytes]) -> ParsedTrace:
+        """The trace :meth:`write` stored; IntegrityError when the file is of another schema
+        or byte order, cut short, too long, or its arrays do not fit together."""
+        try:
+            header = json.loads(handle.readline())
+            ids, sessions, namespaces = header["names"]
+            lengths = [int(n) for n in header["lengths"]]
+            foreign = header["schema"] != SCHEMA or header["byteorder"] != sys.byteorder
+        except (ValueError, TypeError, KeyError) as exc:
+            raise IntegrityError(f"unreadable parsed trace header: {exc}") from None
+        if foreign or len(lengths) != len(STORED):
+            raise IntegrityError("parsed trace of another schema or byte order")
+        arrival = array("d")
+        spans, tokens, run_first, run_count = (array("q") for _ in range(4))
+        filled: tuple[array[float] | array[int], ...] = (
+            arrival,
+            spans,
+            tokens,
+            run_first,
+            run_count,
+        )
+        for values, name, length in zip(filled, STORED, lengths, strict=True):
+            try:
+                values.fromfile(handle, length)
+            except (EOFError, ValueError):  # fewer bytes than the length (or a partial item)
+                raise IntegrityError(f"parsed trace cut short in {name!r}") from None
+        if handle.read(1):
+            raise IntegrityError("parsed trace longer than its header says")
         return cls(
-            arrival=arrays["arrival"].astype(np.float64, copy=False),
-            spans=arrays["spans"].astype(np.int64, copy=False),
-            tokens=arrays["tokens"].astype(np.int64, copy=False),
-            run_first=arrays["run_first"].astype(np.int64, copy=False),
-            run_count=arrays["run_count"].astype(np.int64, copy=False),
+            arrival=arrival,
+            spans=spans,
+            tokens=tokens,
+            run_first=run_first,
+            run_count=run_count,
             ids=ids,
             sessions=sessions,
             namespaces=namespaces,

@@ -2,7 +2,8 @@
 
 ``load_trace(path)`` reads and validates the trace (``hycache.sim.trace.read_lines``) into a
 :class:`~hycache.sim.parsed.ParsedTrace`. With a ``cache_dir`` it first looks there for
-``<sha256 of the file's bytes>-<format>-<limit>-v<schema>.npz`` and loads that instead of
+``<sha256 of the file's bytes>-<format>-<limit>-v<schema>.trace`` (``ParsedTrace.write``'s
+form) and loads that instead of
 parsing; a miss is parsed and written (atomically: a temporary file renamed over the target).
 The key is the file's content, not its name or date, so an edited trace is parsed again and a
 copied one is not; an unreadable or damaged cache file counts as a miss. A malformed trace
@@ -26,12 +27,9 @@ import hashlib
 import json
 import os
 import tempfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
-
-import numpy as np
 
 from hycache.errors import HycacheError, InputError
 from hycache.sim.parsed import SCHEMA, ParsedTrace
@@ -64,7 +62,7 @@ def content_hash(path: PathLike) -> str:
 
 
 def cache_name(
-    digest: str, trace_format: str | None, limit: int | None, suffix: str = ".npz"
+    digest: str, trace_format: str | None, limit: int | None, suffix: str = ".trace"
 ) -> str:
     return (
         f"{digest}-{trace_format or 'auto'}-{'all' if limit is None else limit}-v{SCHEMA}{suffix}"
@@ -151,16 +149,15 @@ def load_trace(
 
 def _read_cached(target: Path) -> ParsedTrace | None:
     try:
-        with np.load(target, allow_pickle=False) as npz:
-            return ParsedTrace.from_arrays({name: npz[name] for name in npz.files})
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, HycacheError):
+        with open(target, "rb") as handle:
+            return ParsedTrace.read(handle)
+    except (OSError, HycacheError):
         return None
 
 
 def _write_cached(target: Path, parsed: ParsedTrace) -> None:
     """Best effort: a cache that cannot be written is skipped, the parse still counts."""
-    arrays = parsed.arrays()
-    _write_atomically(target, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # numpy's stub
+    _write_atomically(target, parsed.write)
 
 
 def _write_atomically(target: Path, write: Callable[[IO[bytes]], object]) -> None:

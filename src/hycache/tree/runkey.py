@@ -27,10 +27,13 @@ from hycache.errors import CacheUsageError
 ID_BYTES = 8
 
 _WINDOW = 1 << 16
-#: one-run keys' hashes remembered (first id, count) -> hash, before the memo starts over: a
-#: tree looks the same pages up again and again, and each hash would expand the run
+#: short keys' hashes remembered (firsts, ends) -> hash, before the memo starts over: a tree
+#: looks the same pages up again and again (a fresh slice each time), and each hash would
+#: expand the runs
 RUN_HASH_MEMO = 1 << 16
-_RUN_HASHES: dict[tuple[int, int], int] = {}
+#: the most runs a remembered key has: a page-sized slice spans a few trace blocks
+RUN_HASH_MEMO_RUNS = 4
+_RUN_HASHES: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
 _LITTLE = sys.byteorder == "little"
 _RAMP: list[memoryview] = []
 
@@ -162,13 +165,13 @@ class RunKey:
 
     def __hash__(self) -> int:
         if self._hash is None:
-            if len(self._ends) == 1:  # one run (a page looked up in a node's children)
-                run = (self._firsts[0], self._ends[0])
-                known = _RUN_HASHES.get(run)
+            if len(self._ends) <= RUN_HASH_MEMO_RUNS:  # a page looked up in a node's children
+                runs = (self._firsts, self._ends)
+                known = _RUN_HASHES.get(runs)
                 if known is None:
                     if len(_RUN_HASHES) >= RUN_HASH_MEMO:
                         _RUN_HASHES.clear()
-                    known = _RUN_HASHES[run] = hash(bytes(self))
+                    known = _RUN_HASHES[runs] = hash(bytes(self))
                 self._hash = known
             else:
                 self._hash = hash(bytes(self))
