@@ -132,24 +132,30 @@ def test_parsed_round_trips_through_its_stored_form(tmp_path: Path, make: object
 
 
 def test_a_damaged_stored_form_is_refused(tmp_path: Path) -> None:
-    """Cut short, too long, another schema or byte order, a broken header: IntegrityError
-    (the cache reads any of them as a miss)."""
+    """Cut short, too long, another schema or byte order, a broken header, lengths that do
+    not fit (a huge one included, refused before anything is allocated for it):
+    IntegrityError (the cache reads any of them as a miss)."""
     stored = _stored(load_trace(_marconi(tmp_path)))
     header, body = stored.split(b"\n", 1)
     fields = json.loads(header)
-    other_schema = json.dumps({**fields, "schema": fields["schema"] + 1}).encode()
-    other_order = json.dumps(
-        {**fields, "byteorder": "big" if fields["byteorder"] == "little" else "little"}
-    ).encode()
-    longer_spans = json.dumps(
-        {**fields, "lengths": [fields["lengths"][0] + 1, *fields["lengths"][1:]]}
-    ).encode()
+
+    def with_header(**changes: object) -> bytes:
+        return json.dumps({**fields, **changes}).encode() + b"\n" + body
+
+    lengths = fields["lengths"]
     damaged = {
         "cut short": stored[:-3],
+        "cut inside an item": stored[:-8],
         "too long": stored + b"\0",
-        "other schema": other_schema + b"\n" + body,
-        "other byte order": other_order + b"\n" + body,
-        "lengths that do not fit": longer_spans + b"\n" + body,
+        "other schema": with_header(schema=fields["schema"] + 1),
+        "other byte order": with_header(
+            byteorder="big" if fields["byteorder"] == "little" else "little"
+        ),
+        "lengths that do not fit": with_header(
+            lengths=[lengths[0] + 1, lengths[1] - 1, *lengths[2:]]
+        ),
+        "a huge length": with_header(lengths=[*lengths[:2], 10**15, *lengths[3:]]),
+        "a negative length": with_header(lengths=[lengths[0] + 1, -1, *lengths[2:]]),
         "broken header": b"{" + body,
         "empty": b"",
     }

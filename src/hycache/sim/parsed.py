@@ -18,6 +18,7 @@ cache slices, compares and stores run by run (a Mooncake block is one run or par
 from __future__ import annotations
 
 import json
+import os
 import sys
 from array import array
 from collections.abc import Iterable, Iterator
@@ -36,6 +37,8 @@ SCHEMA = 2
 SPAN = 6
 #: the stored arrays, in file order (``arrival`` float64, the others int64)
 STORED = ("arrival", "spans", "tokens", "run_first", "run_count")
+#: bytes per stored number
+ITEM_BYTES = 8
 
 
 class _Builder:
@@ -199,8 +202,9 @@ class ParsedTrace:
 
     @classmethod
     def read(cls, handle: IO[bytes]) -> ParsedTrace:
-        """The trace :meth:`write` stored; IntegrityError when the file is of another schema
-        or byte order, cut short, too long, or its arrays do not fit together."""
+        """The trace :meth:`write` stored (``handle`` seekable); IntegrityError when the file
+        is of another schema or byte order, cut short, too long, or its arrays do not fit
+        together."""
         try:
             header = json.loads(handle.readline())
             ids, sessions, namespaces = header["names"]
@@ -210,6 +214,14 @@ class ParsedTrace:
             raise IntegrityError(f"unreadable parsed trace header: {exc}") from None
         if foreign or len(lengths) != len(STORED):
             raise IntegrityError("parsed trace of another schema or byte order")
+        start = handle.tell()
+        size = handle.seek(0, os.SEEK_END) - start
+        handle.seek(start)
+        if min(lengths) < 0 or ITEM_BYTES * sum(lengths) != size:
+            # checked before reading: a damaged length must not size an allocation
+            raise IntegrityError(
+                f"parsed trace of {size} array bytes, its header says {ITEM_BYTES * sum(lengths)}"
+            )
         arrival = array("d")
         spans, tokens, run_first, run_count = (array("q") for _ in range(4))
         filled: tuple[array[float] | array[int], ...] = (
@@ -219,13 +231,8 @@ class ParsedTrace:
             run_first,
             run_count,
         )
-        for values, name, length in zip(filled, STORED, lengths, strict=True):
-            try:
-                values.fromfile(handle, length)
-            except (EOFError, ValueError):  # fewer bytes than the length (or a partial item)
-                raise IntegrityError(f"parsed trace cut short in {name!r}") from None
-        if handle.read(1):
-            raise IntegrityError("parsed trace longer than its header says")
+        for values, length in zip(filled, lengths, strict=True):
+            values.fromfile(handle, length)
         return cls(
             arrival=arrival,
             spans=spans,
