@@ -14,7 +14,7 @@ from hycache.errors import CapacityError, ConfigError, IntegrityError
 from hycache.policy.bootstrap import Outcome, Picked, in_order
 from hycache.policy.eviction.marconi import ALPHA_GRID, pick_alpha
 from hycache.sim import forked
-from hycache.sim.forked import forked_contest
+from hycache.sim.forked import contest_processes, forked_contest
 
 
 class Unpicklable:
@@ -76,6 +76,39 @@ def test_the_winner_is_finished_where_it_was_replayed(workers: int, winner: int)
     assert found and pid == outcome.scores[winner]
     here = [x for x in range(3) if x % workers == 0]
     assert replayed == here  # the workers' replays stayed in the workers
+
+
+@pytest.mark.parametrize(
+    ("candidates", "workers", "rounds", "shared"),
+    [
+        (3, 2, 2, 3),
+        (2, 2, 2, 2),
+        (1, 4, 1, 1),
+        (4, 2, 2, 2),
+        (5, 3, 3, 5),
+        (21, 2, 2, 2),
+        (3, 1, 1, 1),
+    ],
+)
+def test_processes_share_the_cores_below_two_rounds(
+    candidates: int, workers: int, rounds: int, shared: int
+) -> None:
+    assert contest_processes(candidates, workers) == rounds
+    assert contest_processes(candidates, workers, share_cores=True) == shared
+
+
+@pytest.mark.parametrize("winner", [0, 1, 2])
+def test_sharing_the_cores_gives_each_candidate_a_process(winner: int) -> None:
+    """3 candidates on 2 cores: one process each (this one replays the first), the serial
+    scores and result, and the winner finished where it was replayed."""
+    replay = Unpicklable()
+    candidates = [3.0, 1.0, 2.0]
+    contest = forked_contest(2, share_cores=True)
+    got = contest(replay, candidates, lambda _s: winner, lambda x: (x, replay(x)))
+    assert got == in_order(replay, candidates, lambda _s: winner, lambda x: (x, replay(x)))
+    pids = contest(_pid_of, candidates, lambda _s: winner, _pid_of)
+    assert pids.scores[0] == float(os.getpid()) and len(set(pids.scores)) == 3
+    assert pids.picked is not None and pids.picked.result == pids.scores[winner]
 
 
 def test_one_worker_or_no_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -130,7 +130,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         help="run the replays (one per preset and capacity) in up to N forked local processes "
-        "(default: one per usable core; 1: in this process); the results are the serial run's",
+        "(default: one per usable core, and a single replay's bootstrap candidates that do not "
+        "fill whole rounds of cores one process each, sharing them; 1: in this process); the "
+        "results are the serial run's",
     )
     parser.add_argument(
         "--parallel",
@@ -376,8 +378,10 @@ def _sweep(
     parallel: Parallel | Processes
     if args.parallel or args.ray_address:
         parallel = Parallel(args.ray_address)
+    elif args.jobs is None:  # the cores are the limit, not the processes
+        parallel = Processes(usable_cores(), share_cores=True)
     else:
-        parallel = Processes(usable_cores() if args.jobs is None else args.jobs)
+        parallel = Processes(args.jobs)
     cells = [Cell(c, p) for c in capacities for p in args.policy]
     results = run_cells(config, source, cells, total=total, parallel=parallel)
     return {c: {p: results[Cell(c, p)] for p in args.policy} for c in capacities}

@@ -54,9 +54,13 @@ class Parallel:
 
 @dataclass(frozen=True)
 class Processes:
-    """Run cells in up to ``jobs`` forked local processes (one cell each at a time)."""
+    """Run cells in up to ``jobs`` forked local processes (one cell each at a time).
+    ``share_cores``: ``jobs`` counts cores, not processes; a single cell's bootstrap contest
+    may then run more processes than that, sharing them
+    (``hycache.sim.forked.contest_processes``)."""
 
     jobs: int
+    share_cores: bool = False
 
     def __post_init__(self) -> None:
         if self.jobs < 1:
@@ -101,7 +105,8 @@ def run_cells(
     jobs = 1 if parallel is None else parallel.jobs
     if len(cells) == 1 and jobs > 1:
         [cell] = cells  # one cell: its bootstrap replays get the workers
-        contest = forked_contest(jobs)
+        share_cores = parallel is not None and parallel.share_cores
+        contest = forked_contest(jobs, share_cores=share_cores)
         result = run_policy(
             config, cell.policy, cell.capacity, source, total=total, contest=contest
         )

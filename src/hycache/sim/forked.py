@@ -12,6 +12,11 @@ costs this process no replay of its own. The scores equal the serial ones and so
 result: each replay builds its own cache from the same inputs.
 Where ``fork`` is not available, or one worker or one candidate is asked for, everything runs
 here in order (``in_order``).
+
+The pick waits for the last replay, so replays in rounds of ``workers`` leave cores idle in a
+last, partial round (3 candidates on 2 cores: two rounds, one core idle in the second). With
+``share_cores`` a contest of fewer than two rounds' worth runs one process per candidate
+instead, the processes sharing the cores (``contest_processes``).
 """
 
 from __future__ import annotations
@@ -39,9 +44,23 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods()
 
 
-def forked_contest(workers: int) -> Contest:
-    """A ``Contest`` replaying on up to ``workers`` processes, this one included (ConfigError
-    if < 1)."""
+def contest_processes(candidates: int, workers: int, *, share_cores: bool = False) -> int:
+    """Processes, this one included, for a contest of ``candidates`` replays on ``workers``
+    cores: at most ``workers``, one per candidate where there are fewer. With ``share_cores``,
+    more than ``workers`` candidates but fewer than twice as many get one process each: in
+    rounds they would take two replay times with up to half the cores idle in the second;
+    sharing the cores they all end after ``candidates / workers`` (1.5 for 3 on 2), for as
+    many replays held at once (at most twice ``workers``). From two rounds on, the idle share
+    of a partial last round is smaller and the rounds keep ``workers`` replays at a time."""
+    if share_cores and workers > 1 and candidates < 2 * workers:
+        return candidates
+    return min(workers, candidates)
+
+
+def forked_contest(workers: int, *, share_cores: bool = False) -> Contest:
+    """A ``Contest`` replaying on up to ``workers`` processes, this one included, or on
+    ``contest_processes`` sharing ``workers`` cores (``share_cores``); ConfigError if
+    ``workers`` < 1."""
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
 
@@ -51,7 +70,7 @@ def forked_contest(workers: int) -> Contest:
         pick: Callable[[Sequence[float]], int | None],
         finish: Callable[[Candidate], Result],
     ) -> Outcome[Result]:
-        count = min(workers, len(candidates))
+        count = contest_processes(len(candidates), workers, share_cores=share_cores)
         if count <= 1 or not can_fork():
             return in_order(replay, candidates, pick, finish)
         return _Workers(count, replay, candidates, finish).run(pick)
