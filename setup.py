@@ -34,6 +34,7 @@ COMPILED = (
     "sim/request.py",
     "sim/hardware.py",
     "sim/parsed.py",
+    "spec/flops.py",
 )
 #: kept interpreted inside those folders: the checked public entry points, the
 #: construction-time code that checks user input (cache presets, knobs, configs) and what

@@ -361,3 +361,14 @@ def test_faster_hardware_is_faster() -> None:
     assert CostModel(spec, custom).prefill_time(0, 1000) > CostModel(spec, "h100").prefill_time(
         0, 1000
     )
+
+
+def test_a_config_whose_cost_model_is_of_another_model_is_refused() -> None:
+    """Prefill times and the FLOPs a replay counts both come from the cost model: it must be
+    of the config's model."""
+    from hycache.sim.simulate import SimulationConfig
+
+    qwen, other = NAMED_SPECS["qwen3-next-80b-a3b"], NAMED_SPECS["marconi-7b"]
+    with pytest.raises(ConfigError, match="the cost model is of 'marconi-7b'"):
+        SimulationConfig(qwen, CostModel(other, hardware("h200")))
+    SimulationConfig(qwen, CostModel(qwen, hardware("h200")))

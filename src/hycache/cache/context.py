@@ -32,13 +32,13 @@ class CacheView:
         holds: Holds,
         counters: Counters,
     ) -> None:
-        self._spec = spec
         self._accounting = accounting
         self._in_flight = in_flight
         self._notes = notes
         self._holds = holds
         self._counters = counters
         self._flops: dict[tuple[int, int], float] = {}
+        self._prefill = spec.prefill_flops_table()
 
     @property
     def clock(self) -> int:
@@ -73,7 +73,7 @@ class CacheView:
         if flops is None:
             if len(memo) >= FLOPS_MEMO_ENTRIES:
                 memo.clear()
-            flops = memo[(start, length)] = self._spec.prefill_flops(start, length)
+            flops = memo[(start, length)] = self._prefill.prefill_flops(start, length)
         return flops
 
     def is_live(self, node: Node) -> bool:

@@ -111,6 +111,7 @@ class CostModel:
         # per-sequence constants of the hot path (spec properties recompute them per call)
         self._kv_per_token = spec.kv_bytes_per_token
         self._state_rw = 2 * spec.state_bytes
+        self._prefill = spec.prefill_flops_table()  # spec.prefill_flops, without its calls
         self._decode_flops: dict[int, float] = {}  # context -> one decode token's FLOPs
         #: the batch sum in closed form, where the spec allows it (hycache.sim.decode_terms)
         self._decode_terms: DecodeTerms | None = decode_terms(
@@ -130,7 +131,7 @@ class CostModel:
     def prefill_flops(self, cached: int, new: int) -> float:
         """``spec.prefill_flops(cached, new)``: attention quadratic in the context (sliding
         window capped), recurrent and MLP linear in ``new``; additive over chunks."""
-        return self.spec.prefill_flops(cached, new)
+        return self._prefill.prefill_flops(cached, new)
 
     def decode_flops(self, context_lens: Sequence[int]) -> float:
         """FLOPs of one decode step: per sequence with ``c`` context tokens
@@ -152,7 +153,7 @@ class CostModel:
 
     def _token_decode_flops(self, context: int) -> float:
         """One decode token's FLOPs after ``context`` tokens."""
-        return self.spec.prefill_flops(context, 1) + self.lm_head_flops
+        return self._prefill.prefill_flops(context, 1) + self.lm_head_flops
 
     # ------------------------------------------------------------------ bytes
 

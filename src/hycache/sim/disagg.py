@@ -153,7 +153,7 @@ def _prefill_side(
         return cost.prefill_time(0, n)
     cache.record_planned(lease, up_to=n)
     cache.finish(lease)
-    account_prefill(cache, rec, lease)
+    account_prefill(cost, rec, lease)
     return cost.prefill_time(lease.hit, n - lease.hit)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.lease import Lease
+from hycache.sim.cost import CostModel
 from hycache.sim.metrics import PolicyResult, Recorder, percentile
 from hycache.sim.request import Request
 
@@ -68,7 +69,8 @@ def reject_uncached(cache: HybridPrefixCache, rec: Recorder, request: Request) -
     cache.note_uncached_request(request.prompt_len)
 
 
-def account_prefill(cache: HybridPrefixCache, rec: Recorder, lease: Lease) -> None:
-    spec = cache.spec
-    rec.flops_saved += spec.prefill_flops(0, lease.hit)
-    rec.prefill_flops += spec.prefill_flops(lease.hit, lease.prompt_len - lease.hit)
+def account_prefill(cost: CostModel, rec: Recorder, lease: Lease) -> None:
+    """Count the prefill ``lease`` saved and the one it still runs (``cost``'s model's
+    FLOPs)."""
+    rec.flops_saved += cost.prefill_flops(0, lease.hit)
+    rec.prefill_flops += cost.prefill_flops(lease.hit, lease.prompt_len - lease.hit)

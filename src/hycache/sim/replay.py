@@ -283,7 +283,7 @@ class EngineReplay:
                         flight.load_s = queued + cost.exposed_load(moved, alone)
                 flight.record_due(cache)
                 running.append(flight)
-                account_prefill(cache, rec, lease)
+                account_prefill(cost, rec, lease)
                 self._served += 1
                 yield
             if not running:

@@ -118,7 +118,7 @@ class SerialReplay:
             cache.record_planned(lease)
         cache.finish(lease)
         sessions.end(request.session, now)
-        account_prefill(cache, rec, lease)
+        account_prefill(cost, rec, lease)
         ttft = cost.prefill_time(lease.hit, lease.prompt_len - lease.hit)
         if prefetch is not None:
             ttft += prefetch.ttft_s(cost, lease, ttft, 0.0)

@@ -57,6 +57,10 @@ class SimulationConfig:
     gc_young: int | None = YOUNG_THRESHOLD
 
     def __post_init__(self) -> None:
+        if self.cost.spec != self.spec:  # times and FLOPs are both the cost model's
+            raise ConfigError(
+                f"the cost model is of {self.cost.spec.name!r}, the config of {self.spec.name!r}"
+            )
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.mode == "disagg" and self.tiers is not None:

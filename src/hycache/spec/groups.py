@@ -10,6 +10,12 @@ from types import MappingProxyType
 from typing import Literal
 
 from hycache.errors import SpecError
+from hycache.spec.flops import (
+    check_prefill_args,
+    full_attended_keys,
+    group_flops,
+    window_attended_keys,
+)
 
 GroupKind = Literal["full", "swa", "recurrent"]
 RecurrentMixer = Literal["gdn", "mamba2", "kda", "mamba"]
@@ -76,17 +82,6 @@ def _require_positive(owner: str, **values: int | None) -> None:
             )
 
 
-def _check_prefill_args(cached: int, new: int) -> None:
-    """Prefill lengths are token counts; a negative one is a caller bug (ValueError)."""
-    if cached < 0 or new < 0:
-        raise ValueError(f"prefill lengths must be >= 0, got cached={cached}, new={new}")
-
-
-def _sum_range(lo: int, hi: int) -> int:
-    """Sum of the integers in [lo, hi] (0 when empty)."""
-    return (lo + hi) * (hi - lo + 1) // 2 if hi >= lo else 0
-
-
 @dataclass(frozen=True, kw_only=True)
 class _AttentionGroup:
     """Fields and formulas shared by full and sliding-window attention groups.
@@ -139,16 +134,25 @@ class _AttentionGroup:
         """Sum over the new tokens of the number of keys each attends to (itself included)."""
         raise NotImplementedError
 
-    def prefill_flops(self, cached: int, new: int, hidden_size: int) -> float:
-        """FLOPs to prefill ``new`` tokens after ``cached`` ones, over all layers of the group.
+    @property
+    def attention_window(self) -> int | None:
+        """Keys a token attends to at most (None: all before it)."""
+        raise NotImplementedError
 
-        ``layers * (2 * projection_params * new + 4 * q_heads * head_dim * attended_keys)``:
-        scores (QK^T) and weighted values (AV) cost ``2 * q_heads * head_dim`` each per key.
-        """
-        _check_prefill_args(cached, new)
-        proj = 2 * self.projection_params(hidden_size) * new
-        attn = 4 * self.q_heads * self.head_dim * self.attended_keys(cached, new)
-        return float(self.layers * (proj + attn))
+    def flops_terms(self, hidden_size: int) -> tuple[int, int, int | None]:
+        """``(per_new, per_key, window)`` of ``hycache.spec.flops.group_flops``:
+        ``layers * 2 * projection_params`` per new token and ``layers * 4 * q_heads *
+        head_dim`` per attended key (scores QK^T and weighted values AV cost ``2 * q_heads *
+        head_dim`` each per key)."""
+        per_new = self.layers * 2 * self.projection_params(hidden_size)
+        return per_new, self.layers * 4 * self.q_heads * self.head_dim, self.attention_window
+
+    def prefill_flops(self, cached: int, new: int, hidden_size: int) -> float:
+        """FLOPs to prefill ``new`` tokens after ``cached`` ones, over all layers of the group:
+        ``layers * (2 * projection_params * new + 4 * q_heads * head_dim * attended_keys)``
+        (``flops_terms``)."""
+        check_prefill_args(cached, new)
+        return group_flops(*self.flops_terms(hidden_size), cached, new)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +165,11 @@ class FullAttentionGroup(_AttentionGroup):
 
     def attended_keys(self, cached: int, new: int) -> int:
         """``sum_{i=cached}^{cached+new-1} (i + 1) = new * cached + new * (new + 1) / 2``."""
-        return new * cached + new * (new + 1) // 2
+        return full_attended_keys(cached, new)
+
+    @property
+    def attention_window(self) -> int | None:
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,10 +190,11 @@ class SlidingWindowGroup(_AttentionGroup):
 
     def attended_keys(self, cached: int, new: int) -> int:
         """``sum_{p=cached+1}^{cached+new} min(p, window)`` in closed form."""
-        lo, hi, w = cached + 1, cached + new, self.window
-        below = _sum_range(lo, min(hi, w))
-        above = max(0, hi - max(lo, w + 1) + 1) * w
-        return below + above
+        return window_attended_keys(cached, new, self.window)
+
+    @property
+    def attention_window(self) -> int | None:
+        return self.window
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,14 +256,11 @@ class RecurrentGroup:
         """Bytes of one sequence's checkpoint over all layers of the group."""
         return self.state_bytes_per_layer * self.layers
 
-    def prefill_flops(self, cached: int, new: int, hidden_size: int) -> float:
-        """FLOPs to prefill ``new`` tokens, over all layers; independent of ``cached``.
-
-        ``layers * new * (2 * proj_params_per_layer + 6 * state_elements + 2 * conv_elements)``
-        (see STATE_FLOPS_PER_ELEMENT, CONV_FLOPS_PER_ELEMENT). ``hidden_size`` is unused; it keeps
-        the signature shared with attention groups.
-        """
-        _check_prefill_args(cached, new)
+    def flops_terms(self, hidden_size: int) -> tuple[int, int, int | None]:
+        """``(per_new, 0, None)`` of ``hycache.spec.flops.group_flops``: per new token
+        ``layers * (2 * proj_params_per_layer + 6 * state_elements + 2 * conv_elements)`` (see
+        STATE_FLOPS_PER_ELEMENT, CONV_FLOPS_PER_ELEMENT), whatever ``cached``. ``hidden_size``
+        is unused; it keeps the signature shared with attention groups."""
         state_elems = self.recurrent_state_bytes // DTYPE_BYTES[self.state_dtype]
         conv_elems = self.conv_state_bytes // DTYPE_BYTES[self.conv_dtype]
         per_token = (
@@ -262,7 +268,13 @@ class RecurrentGroup:
             + STATE_FLOPS_PER_ELEMENT * state_elems
             + CONV_FLOPS_PER_ELEMENT * conv_elems
         )
-        return float(self.layers * new * per_token)
+        return self.layers * per_token, 0, None
+
+    def prefill_flops(self, cached: int, new: int, hidden_size: int) -> float:
+        """FLOPs to prefill ``new`` tokens, over all layers; independent of ``cached``
+        (``flops_terms``)."""
+        check_prefill_args(cached, new)
+        return group_flops(*self.flops_terms(hidden_size), cached, new)
 
 
 LayerGroup = FullAttentionGroup | SlidingWindowGroup | RecurrentGroup

@@ -29,6 +29,7 @@ from types import MappingProxyType
 
 from hycache.errors import SpecError
 from hycache.spec.fields import SpecFields
+from hycache.spec.flops import PrefillFlops, check_prefill_args
 from hycache.spec.groups import (
     CONV_FLOPS_PER_ELEMENT,
     DTYPE_BYTES,
@@ -37,7 +38,6 @@ from hycache.spec.groups import (
     LayerGroup,
     RecurrentGroup,
     SlidingWindowGroup,
-    _check_prefill_args,
     _require_positive,
     canonical_dtype,
     dtype_bytes,
@@ -161,9 +161,15 @@ class ModelSpec:
         new``. Embedding look-ups and the LM head (one token per prefill) are not counted.
         ValueError when a length is negative.
         """
-        _check_prefill_args(cached, new)
+        check_prefill_args(cached, new)
         layers = sum(g.prefill_flops(cached, new, self.hidden_size) for g in self.groups)
         return layers + 2.0 * self.active_mlp_params_per_token * new
+
+    def prefill_flops_table(self) -> PrefillFlops:
+        """``prefill_flops`` as one object of plain coefficients, for hot paths: the same
+        floats, without a call per group on this dataclass."""
+        terms = tuple(g.flops_terms(self.hidden_size) for g in self.groups)
+        return PrefillFlops(terms, self.active_mlp_params_per_token)
 
     def state_to_kv_tokens(self) -> int | None:
         """How many tokens of one attention layer's KV weigh as much as one recurrent layer's
