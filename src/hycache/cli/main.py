@@ -13,10 +13,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hycache.conformance.scenario import Outcome, load_scenario, run_scenario
-from hycache.conformance.tree_target import TreeTarget
 from hycache.errors import ConfigError, HycacheError
+
+if TYPE_CHECKING:
+    from hycache.conformance.scenario import Outcome
 
 
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
@@ -49,6 +51,10 @@ def scenario_files(files: Sequence[str]) -> list[str]:
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Load every file first (exit 2 on a malformed one), then run; exit 1 on a mismatch."""
+    # imported here: the other commands (``simulate`` first) start without them
+    from hycache.conformance.scenario import load_scenario, run_scenario
+    from hycache.conformance.tree_target import TreeTarget
+
     scenarios = [load_scenario(path) for path in scenario_files(args.files)]
     outcomes: list[Outcome] = []
     for scenario in scenarios:
