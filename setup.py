@@ -9,8 +9,9 @@ nothing and needs no compiler.
 Not compiled: the public facade and the code that builds a cache from user input (presets,
 knobs, configs), whose typed errors on bad input must come before any argument reaches
 compiled code (which would raise a bare TypeError for a value of the wrong type); the model
-spec (its dataclasses check what users give them); and everything that drives the cache
-(simulator loop aside: ``sim.replay``), engine, server and CLI.
+spec (its dataclasses check what users give them; its FLOP formulas, ``spec/flops.py``, are
+compiled); and everything that drives the cache (the simulator's loops aside: ``sim.replay``,
+``sim.serial``, ``sim.sessions``), engine, server and CLI.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ COMPILED = (
     "policy",
     "cache",
     "sim/replay.py",
+    "sim/serial.py",
+    "sim/sessions.py",
     "sim/outcome.py",
     "sim/cost.py",
     "sim/decode_terms.py",
