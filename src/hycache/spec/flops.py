@@ -5,9 +5,10 @@ A layer group's prefill of ``new`` tokens after ``cached`` ones costs
 ``float(per_new * new + per_key * keys)``, where ``keys`` counts the keys the new tokens attend
 to (:func:`attended_keys`; none for a recurrent group). The groups of
 :mod:`hycache.spec.groups` give their two coefficients (``flops_terms``) and count their FLOPs
-with :func:`group_flops`; :class:`PrefillFlops` keeps a model's coefficients and sums the same
-floats in the same order as ``ModelSpec.prefill_flops``, without touching the spec's
-dataclasses (the eviction policies and the cost model call it for every entry and step).
+with :func:`group_flops`; :class:`PrefillFlops` keeps a model's coefficients and sums the
+groups' floats in their order (``ModelSpec.prefill_flops`` is its sum; the eviction policies
+and the cost model keep one and call it for every entry and step, without touching the spec's
+dataclasses).
 Integers only until the one conversion per group, so the sums are exact where Python's are.
 """
 
@@ -54,9 +55,8 @@ def group_flops(per_new: int, per_key: int, window: int | None, cached: int, new
 
 
 class PrefillFlops:
-    """A model's prefill FLOPs: ``prefill_flops(cached, new)`` equals
-    ``ModelSpec.prefill_flops`` float for float (the groups' terms summed in the groups' order
-    from 0, then the MLP's ``2.0 * mlp_params_per_token * new``)."""
+    """A model's prefill FLOPs: ``prefill_flops(cached, new)`` sums the groups' ``group_flops``
+    in the groups' order from 0, then adds the MLP's ``2.0 * mlp_params_per_token * new``."""
 
     __slots__ = ("_mlp", "_terms")
 

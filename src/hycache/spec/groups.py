@@ -10,12 +10,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from hycache.errors import SpecError
-from hycache.spec.flops import (
-    check_prefill_args,
-    full_attended_keys,
-    group_flops,
-    window_attended_keys,
-)
+from hycache.spec.flops import attended_keys, check_prefill_args, group_flops
 
 GroupKind = Literal["full", "swa", "recurrent"]
 RecurrentMixer = Literal["gdn", "mamba2", "kda", "mamba"]
@@ -131,8 +126,9 @@ class _AttentionGroup:
         return hidden_size * (2 * self.q_heads + 2 * self.kv_heads) * self.head_dim
 
     def attended_keys(self, cached: int, new: int) -> int:
-        """Sum over the new tokens of the number of keys each attends to (itself included)."""
-        raise NotImplementedError
+        """Sum over the new tokens of the number of keys each attends to (itself included;
+        ``hycache.spec.flops.attended_keys`` under ``attention_window``)."""
+        return attended_keys(cached, new, self.attention_window)
 
     @property
     def attention_window(self) -> int | None:
@@ -163,10 +159,6 @@ class FullAttentionGroup(_AttentionGroup):
     def kind(self) -> Literal["full"]:
         return "full"
 
-    def attended_keys(self, cached: int, new: int) -> int:
-        """``sum_{i=cached}^{cached+new-1} (i + 1) = new * cached + new * (new + 1) / 2``."""
-        return full_attended_keys(cached, new)
-
     @property
     def attention_window(self) -> int | None:
         return None
@@ -187,10 +179,6 @@ class SlidingWindowGroup(_AttentionGroup):
     @property
     def kind(self) -> Literal["swa"]:
         return "swa"
-
-    def attended_keys(self, cached: int, new: int) -> int:
-        """``sum_{p=cached+1}^{cached+new} min(p, window)`` in closed form."""
-        return window_attended_keys(cached, new, self.window)
 
     @property
     def attention_window(self) -> int | None:

@@ -29,7 +29,7 @@ from types import MappingProxyType
 
 from hycache.errors import SpecError
 from hycache.spec.fields import SpecFields
-from hycache.spec.flops import PrefillFlops, check_prefill_args
+from hycache.spec.flops import PrefillFlops
 from hycache.spec.groups import (
     CONV_FLOPS_PER_ELEMENT,
     DTYPE_BYTES,
@@ -157,17 +157,15 @@ class ModelSpec:
     def prefill_flops(self, cached: int, new: int) -> float:
         """FLOPs to prefill ``new`` tokens after ``cached`` cached ones.
 
-        Sum of every group's ``prefill_flops`` plus the MLP ``2 * active_mlp_params_per_token *
-        new``. Embedding look-ups and the LM head (one token per prefill) are not counted.
-        ValueError when a length is negative.
+        Sum of every group's ``prefill_flops`` (in the groups' order) plus the MLP ``2 *
+        active_mlp_params_per_token * new``. Embedding look-ups and the LM head (one token per
+        prefill) are not counted. ValueError when a length is negative.
         """
-        check_prefill_args(cached, new)
-        layers = sum(g.prefill_flops(cached, new, self.hidden_size) for g in self.groups)
-        return layers + 2.0 * self.active_mlp_params_per_token * new
+        return self.prefill_flops_table().prefill_flops(cached, new)
 
     def prefill_flops_table(self) -> PrefillFlops:
-        """``prefill_flops`` as one object of plain coefficients, for hot paths: the same
-        floats, without a call per group on this dataclass."""
+        """The coefficients ``prefill_flops`` sums, as one object: hot paths build it once and
+        call it, with no call per group on this dataclass."""
         terms = tuple(g.flops_terms(self.hidden_size) for g in self.groups)
         return PrefillFlops(terms, self.active_mlp_params_per_token)
 
