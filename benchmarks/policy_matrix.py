@@ -215,16 +215,23 @@ def _key(*parts: object) -> str:
     return "|".join(str(p) for p in parts)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cell_options(parser: argparse.ArgumentParser, *, split: str = "eval") -> None:
+    """The options naming the cells (sources, split, seeds, capacities, requests, model) and
+    ``--jobs``; ``split``: the default split."""
+    other = "tune" if split == "eval" else "eval"
     parser.add_argument("--sources", default=",".join((*WORKLOADS, *MOONCAKE)))
-    parser.add_argument("--split", default="eval", help="eval (default) or tune: which cells")
+    parser.add_argument("--split", default=split, help=f"{split} (default) or {other}: which cells")
     parser.add_argument("--seeds", default="1,2,3,4,5", help="--split eval: workload seeds")
-    parser.add_argument("--modes", default="serial,engine")
     parser.add_argument("--capacities", default="5,10,20,40", help="percent of the footprint")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--model", default="qwen3-next-80b-a3b")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_cell_options(parser)
+    parser.add_argument("--modes", default="serial,engine")
     parser.add_argument("--ray", action="store_true", help="run the cells on a local Ray")
     parser.add_argument("--ray-address", help="run the cells on this Ray cluster")
     parser.add_argument("--results", default="policy_matrix.json")

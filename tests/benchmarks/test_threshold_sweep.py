@@ -32,6 +32,7 @@ THRESHOLDS = {
     "cheap_guess_share",
     "spare_slot_share",
     "tune_margin",
+    "bootstrap_evidence",
 }
 
 

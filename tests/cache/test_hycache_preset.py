@@ -18,7 +18,7 @@ from hycache.cache.presets import build_cache
 from hycache.errors import ConfigError
 from hycache.policy.checkpoint.hycache import HycachePlanner
 from hycache.policy.eviction.value import ValueEviction
-from hycache.policy.tuning import MARGIN
+from hycache.policy.tuning import EVIDENCE_FILLS, MARGIN
 from tests.cache.test_facade import tiny_spec
 
 #: threshold knob -> a value other than its default
@@ -43,7 +43,10 @@ OTHER_VALUES: dict[str, object] = {
     "cheap_guess_share": 0.25,
     "spare_slot_share": 0.5,
     "tune_margin": 0.3,
+    "bootstrap_evidence": 2.5,
 }
+#: the simulator's thresholds (its bootstrap's): not part of a built cache
+SIMULATOR_THRESHOLDS = ("tune_margin", "bootstrap_evidence")
 
 
 def _cache(**knobs: object) -> HybridPrefixCache:
@@ -52,8 +55,8 @@ def _cache(**knobs: object) -> HybridPrefixCache:
 
 
 def _reached(cache: HybridPrefixCache) -> dict[str, object]:
-    """Each threshold as the object it belongs to holds it (``tune_margin`` is the simulator's:
-    it is not part of a built cache)."""
+    """Each threshold as the object it belongs to holds it (``SIMULATOR_THRESHOLDS`` are not
+    part of a built cache)."""
     planner, eviction = cache.checkpoint_policy, cache.eviction
     assert isinstance(planner, HycachePlanner) and isinstance(eviction, ValueEviction)
     return _thresholds(planner, eviction, cache.holds.spare_slot_share)
@@ -86,10 +89,11 @@ def test_defaults_are_the_mechanisms_own() -> None:
     assert _reached(_cache()) == own
     assert {name: HYCACHE_KNOBS[name].default for name in own} == own
     assert HYCACHE_KNOBS["tune_margin"].default == MARGIN
+    assert HYCACHE_KNOBS["bootstrap_evidence"].default == EVIDENCE_FILLS
 
 
 def test_each_threshold_knob_reaches_its_object() -> None:
-    built = {k: v for k, v in OTHER_VALUES.items() if k != "tune_margin"}
+    built = {k: v for k, v in OTHER_VALUES.items() if k not in SIMULATOR_THRESHOLDS}
     assert _reached(_cache(**built)) == built
 
 

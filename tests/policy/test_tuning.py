@@ -11,9 +11,10 @@ import pytest
 from hycache.cache.knobs import KnobValue
 from hycache.cache.presets import build_cache
 from hycache.policy.bootstrap import Outcome, in_order
-from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, pick_knobs
+from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, has_evidence, pick_knobs
 from hycache.sim import bootstrap as sim_bootstrap
 from hycache.sim import simulate
+from hycache.sim.bootstrap import Window
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.replay import EngineReplay
@@ -85,38 +86,78 @@ def test_run_policy_tunes_hycache_unless_its_knobs_are_set() -> None:
     assert run_policy(fixed, "hycache", 2 * 10**9, source).knobs["eviction"] == "gds"
 
 
-def test_a_bootstrap_window_without_reuse_is_doubled_until_the_whole_source(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """No candidate reused a token in the window: it tells them apart no better than a coin,
-    so the window doubles until some candidate reuses something or it holds everything."""
-    windows: list[tuple[int, bool]] = []
+def _record_windows(monkeypatch: pytest.MonkeyPatch) -> list[Window]:
+    """Every bootstrap window the simulator builds from now on, in order."""
+    recorded: list[Window] = []
     real_window = simulate.bootstrap_window
 
-    def recorded(source, spec, capacity, multiplier):  # type: ignore[no-untyped-def]
-        window = real_window(source, spec, capacity, multiplier)
-        windows.append((sum(1 for _ in window.requests()), window.whole))
-        assert window.count == windows[-1][0]
-        return window
+    def recording(source, spec, capacity, multiplier):  # type: ignore[no-untyped-def]
+        recorded.append(real_window(source, spec, capacity, multiplier))
+        return recorded[-1]
+
+    monkeypatch.setattr(simulate, "bootstrap_window", recording)
+    return recorded
+
+
+@pytest.mark.parametrize(
+    ("reused", "hits"), [(0.0, 0), (5000.0, 1)], ids=["no-reuse", "one-request-hit"]
+)
+def test_a_bootstrap_window_without_evidence_is_doubled_until_the_whole_source(
+    monkeypatch: pytest.MonkeyPatch, reused: float, hits: int
+) -> None:
+    """The candidates reused tokens in fewer requests than fill the cache once (none, or one):
+    a handful of events tells them apart no better than a coin, so the window doubles until
+    some candidate's hits number a cache fill of requests, or it holds everything."""
+    recorded = _record_windows(monkeypatch)
 
     def blind(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
-        """Every candidate scored 0, as if no window replay reused a token."""
-        return in_order(lambda c: (replay(c), 0.0)[1], candidates, pick, finish)
+        """Every candidate scored as if its window replay reused ``reused`` tokens in
+        ``hits`` requests."""
+        return in_order(lambda c: (replay(c), (reused, hits))[1], candidates, pick, finish)
 
-    monkeypatch.setattr(simulate, "bootstrap_window", recorded)
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
     source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
     run_policy(config, "hycache", 5 * 10**8, source, contest=blind)
-    sizes = [size for size, _ in windows]
-    wholes = [whole for _, whole in windows]
-    assert len(windows) >= 3 and wholes == [False] * (len(sizes) - 1) + [True]
+    assert all(w.count == sum(1 for _ in w.requests()) for w in recorded)
+    sizes = [w.count for w in recorded]
+    wholes = [w.whole for w in recorded]
+    fills = {w.fill for w in recorded}
+    assert len(fills) == 1 and all(fill is not None and fill > hits for fill in fills)
+    assert len(recorded) >= 3 and wholes == [False] * (len(sizes) - 1) + [True]
     assert all(later == 2 * earlier for earlier, later in itertools.pairwise(sizes[:-1]))
     assert sizes[-1] == 200
 
 
-def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Outcome[object]] = []
+def test_evidence_counts_requests_that_reused_tokens_in_cache_fills() -> None:
+    assert not has_evidence([0, 0, 0], 5)
+    assert not has_evidence([4, 2, 0], 5) and has_evidence([5, 0, 0], 5)
+    assert has_evidence([0, 1], 5, 0.0) and not has_evidence([0, 0], 5, 0.0)  # one request
+    assert has_evidence([3], 5, 0.5) and not has_evidence([2], 5, 0.5)  # rounded up
+    assert not has_evidence([9], 5, 2.0) and has_evidence([10], 5, 2.0)
+
+
+def test_evidence_zero_judges_a_window_on_one_request_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bootstrap_evidence`` 0: the rule before evidence counted, any reused token."""
+    recorded = _record_windows(monkeypatch)
+
+    def one_hit(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
+        return in_order(lambda c: (replay(c), (5000.0, 1))[1], candidates, pick, finish)
+
+    spec = load_spec("qwen3-next-80b-a3b")
+    config = SimulationConfig(
+        spec, CostModel(spec, hardware("h200")), knobs={"hycache": {"bootstrap_evidence": 0.0}}
+    )
+    source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
+    run_policy(config, "hycache", 5 * 10**8, source, contest=one_hit)
+    assert len(recorded) == 1 and recorded[0].count < 200
+
+
+def test_a_bootstrap_window_with_evidence_is_not_extended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chat: nearly every request of the window reuses its conversation's earlier turns, so
+    the first window holds more hits than a cache fill of requests, and it is kept."""
+    calls: list[Outcome[tuple[float, int], object]] = []
+    recorded = _record_windows(monkeypatch)
 
     def counted(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
         calls.append(in_order(replay, candidates, pick, finish))
@@ -126,7 +167,10 @@ def test_a_bootstrap_window_with_reuse_is_not_extended(monkeypatch: pytest.Monke
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
     source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
     run_policy(config, "hycache", 5 * 10**8, source, contest=counted)
-    assert len(calls) == 1 and any(calls[0].scores) and calls[0].picked is not None
+    assert len(calls) == 1 and calls[0].picked is not None
+    (fill,) = (w.fill for w in recorded)
+    assert fill is not None and max(hits for _, hits in calls[0].scores) >= fill
+    assert all(reused > 0 for reused, _ in calls[0].scores)
 
 
 def _shared_prefix_at_20_percent() -> tuple[SimulationConfig, Callable[[], list[Request]], int]:
@@ -204,10 +248,11 @@ def test_nothing_is_recorded_where_the_user_chose() -> None:
 def test_candidates_are_scored_by_replays_in_the_runs_mode(
     monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
-    """Each candidate's score is the tokens its window replay reused, that replay run the way
+    """Each candidate's score is the tokens its window replay reused (and the requests that
+    reused them), that replay run the way
     the whole source will be: through the engine loop (requests overlap) in engine mode, up
     to the window's last request leaving the queue; request by request in serial mode."""
-    scored: list[tuple[float, ...]] = []
+    scored: list[tuple[tuple[float, int], ...]] = []
 
     def spied(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
         outcome = in_order(replay, candidates, pick, finish)
@@ -221,7 +266,7 @@ def test_candidates_are_scored_by_replays_in_the_runs_mode(
     capacity = footprint_bytes(config, lambda: requests) * 10 // 100
     result = run_policy(config, "hycache", capacity, lambda: requests, contest=spied)
     window = requests[: int(str(result.tuned["window_requests"]))]
-    expected: dict[str, list[float]] = {"engine": [], "serial": []}
+    expected: dict[str, list[tuple[float, int]]] = {"engine": [], "serial": []}
     for candidate in candidates_for(()):
         for way in expected:
             cache = build_cache(spec, capacity, "hycache", track_ids=False, **candidate)
@@ -229,6 +274,7 @@ def test_candidates_are_scored_by_replays_in_the_runs_mode(
                 EngineReplay(cache, requests, cost, reject_oversized=True).run_until(len(window))
             else:
                 SerialReplay(cache, cost, reject_oversized=True).feed(window)
-            expected[way].append(float(cache.stats().reused_tokens))
+            stats = cache.stats()
+            expected[way].append((float(stats.reused_tokens), stats.requests_hit))
     assert expected["engine"] != expected["serial"]  # the modes do tell them apart here
     assert scored[-1] == tuple(expected[mode])

@@ -126,7 +126,7 @@ def test_a_failing_replay_raises_its_typed_error_here() -> None:
             raise CapacityError(f"candidate {x} does not fit")
         return x
 
-    def contest(candidates: list[float]) -> Outcome[float]:
+    def contest(candidates: list[float]) -> Outcome[float, float]:
         return forked_contest(2)(replay, candidates, _best, replay)
 
     with pytest.raises(CapacityError, match="candidate 2 does not fit"):

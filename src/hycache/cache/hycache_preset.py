@@ -29,7 +29,7 @@ from hycache.policy.eviction.value import (
     TYPICAL_WINDOW,
     ValueEviction,
 )
-from hycache.policy.tuning import MARGIN
+from hycache.policy.tuning import EVIDENCE_FILLS, MARGIN
 from hycache.spec.model import ModelSpec
 
 HYCACHE_KNOBS: dict[str, Knob] = {
@@ -271,6 +271,13 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "(0: the best wins, ties to the default)",
         "-",
     ),
+    "bootstrap_evidence": Knob(
+        EVIDENCE_FILLS,
+        float,
+        "tune: the bootstrap window doubles until some candidate reused tokens in this many "
+        "cache fills of requests (0: in one request)",
+        "-",
+    ),
 }
 
 #: the planner's threshold knobs that are counts, ratios or token lengths (positive integers)
@@ -302,6 +309,7 @@ THRESHOLD_KNOBS = (
     *EVICTION_THRESHOLDS,
     "spare_slot_share",
     "tune_margin",
+    "bootstrap_evidence",
 )
 
 

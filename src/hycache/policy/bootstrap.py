@@ -5,9 +5,11 @@ A bootstrap replays the same window once per candidate, picks one by the scores 
 pick's window replay where it can). The replays are independent, so the caller decides where
 they run: a :class:`Contest` is that choice. It replays every candidate, hands the scores, in
 the candidates' order, to ``pick``, and runs ``finish`` on the picked candidate, in the process
-that replayed it (whatever that replay kept of its work is there). :func:`in_order` does it all
-here, one replay after the other; the simulator can replay them in forked processes
-(``hycache.sim.forked``). The pick never depends on which was used.
+that replayed it (whatever that replay kept of its work is there). A score is whatever the
+caller's ``pick`` reads (Marconi's: the FLOPs saved; ``hycache``'s: the tokens reused and the
+requests that reused them); it must pickle, to cross from a forked replay.
+:func:`in_order` does it all here, one replay after the other; the simulator can replay
+them in forked processes (``hycache.sim.forked``). The pick never depends on which was used.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hycache.errors import IntegrityError
 
 Candidate = TypeVar("Candidate")
 Result = TypeVar("Result")
+Score = TypeVar("Score")
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,11 @@ class Picked(Generic[Result]):
 
 
 @dataclass(frozen=True)
-class Outcome(Generic[Result]):
+class Outcome(Generic[Score, Result]):
     """Every candidate's score, in the candidates' order, and the pick (None: ``pick`` declined
     them all, nothing was finished)."""
 
-    scores: tuple[float, ...]
+    scores: tuple[Score, ...]
     picked: Picked[Result] | None
 
 
@@ -45,15 +48,15 @@ class Contest(Protocol):
 
     def __call__(
         self,
-        replay: Callable[[Candidate], float],
+        replay: Callable[[Candidate], Score],
         candidates: Sequence[Candidate],
-        pick: Callable[[Sequence[float]], int | None],
+        pick: Callable[[Sequence[Score]], int | None],
         finish: Callable[[Candidate], Result],
-    ) -> Outcome[Result]: ...
+    ) -> Outcome[Score, Result]: ...
 
 
 def checked_pick(
-    pick: Callable[[Sequence[float]], int | None], scores: Sequence[float]
+    pick: Callable[[Sequence[Score]], int | None], scores: Sequence[Score]
 ) -> int | None:
     """``pick(scores)``, which must name a candidate (IntegrityError otherwise)."""
     index = pick(scores)
@@ -63,14 +66,14 @@ def checked_pick(
 
 
 def in_order(
-    replay: Callable[[Candidate], float],
+    replay: Callable[[Candidate], Score],
     candidates: Sequence[Candidate],
-    pick: Callable[[Sequence[float]], int | None],
+    pick: Callable[[Sequence[Score]], int | None],
     finish: Callable[[Candidate], Result],
-) -> Outcome[Result]:
+) -> Outcome[Score, Result]:
     """The contest run here: the candidates replayed one after the other, then the pick
     finished."""
-    scores = tuple(float(replay(candidate)) for candidate in candidates)
+    scores = tuple(replay(candidate) for candidate in candidates)
     index = checked_pick(pick, scores)
     if index is None:
         return Outcome(scores, None)

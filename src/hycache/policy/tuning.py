@@ -15,7 +15,8 @@ turned this off (the ``hycache`` preset's knob ``tune_clock``).
 
 Like Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
 candidate (``hycache.policy.bootstrap``) and scores each (the simulator: tokens reused, on a
-window it doubles while every score is 0); the best wins (``pick_knobs``), ties going to the
+window it doubles until some candidate reused tokens in as many requests as fill the cache
+once, ``has_evidence``); the best wins (``pick_knobs``), ties going to the
 one listed first (the default), and the default keeps its place unless another beats it by
 ``margin`` (default ``MARGIN``, the ``hycache`` preset's knob ``tune_margin``). (Plain LRU
 was a candidate once; the value eviction without skipping came within 2.4% of it on the
@@ -24,6 +25,7 @@ Mooncake conversation trace and beat it 2.6x on the synthetic trace in engine mo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 
 #: the candidates, best-first for ties: the defaults first
@@ -39,6 +41,12 @@ CHOSEN_KNOBS = frozenset({"eviction", "adaptive"})
 #: candidate's gains on the tuning sets need it (docs/benchmarks.md, "GreedyDual's flat clock
 #: as a bootstrap candidate")
 MARGIN = 0.0
+#: a window is judged once some candidate reused tokens in this many cache fills of requests
+#: (the ``hycache`` preset's knob ``bootstrap_evidence``; 0: in one request). One fill is the
+#: window's own unit, no constant of its own: fewer hits than one cache generation of requests
+#: are a handful of events, and which candidate had them is closer to a coin than to a measure
+#: (docs/benchmarks.md, "A bootstrap window that waits for evidence")
+EVIDENCE_FILLS = 1.0
 
 
 def candidates_for(
@@ -63,3 +71,10 @@ def pick_knobs(scores: Sequence[float], margin: float = MARGIN) -> int:
     if scores[best] <= scores[0] * (1 + margin):
         return 0
     return best
+
+
+def has_evidence(hits: Sequence[int], fill: int, evidence: float = EVIDENCE_FILLS) -> bool:
+    """Whether a window that ``fill`` requests fill the cache in holds enough evidence: some
+    candidate's replay (``hits``: per candidate, the requests that reused tokens) reused
+    tokens in at least ``evidence`` x ``fill`` requests, and in at least one."""
+    return max(hits, default=0) >= max(1, math.ceil(evidence * fill))

@@ -19,7 +19,7 @@ from typing import TypeVar
 from hycache.errors import IntegrityError
 from hycache.policy.bootstrap import Contest
 from hycache.policy.eviction.marconi import ALPHA_GRID, pick_alpha
-from hycache.policy.tuning import pick_knobs
+from hycache.policy.tuning import EVIDENCE_FILLS, has_evidence, pick_knobs
 from hycache.sim.carry import HeadReplay, HeadReplays
 from hycache.sim.request import Request
 from hycache.sim.serial import SerialReplay
@@ -35,6 +35,8 @@ class Window:
     count: int
     #: whether that is all of the source
     whole: bool
+    #: the first requests whose tokens fill the cache once (None: the source never does)
+    fill: int | None
 
 
 Result = TypeVar("Result")
@@ -44,6 +46,9 @@ Replay = Callable[[Mapping[str, object], Window], SerialReplay]
 
 #: the same in the run's own mode (``hycache``'s candidates: serial, or engine mode)
 RunReplay = Callable[[Mapping[str, object], Window], HeadReplay]
+
+#: a ``hycache`` candidate's score on a window: the tokens it reused, the requests that did
+WindowReuse = tuple[float, int]
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,8 @@ def bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier:
     whole = fill_count is None or count < multiplier * fill_count
     if isinstance(source, PrefixSource):
         prefix = source
-        return Window(lambda: prefix.window(0, count), count, whole)
-    return Window(lambda: window, count, whole)
+        return Window(lambda: prefix.window(0, count), count, whole, fill_count)
+    return Window(lambda: window, count, whole, fill_count)
 
 
 def choose_alpha(
@@ -129,13 +134,14 @@ def choose_knobs(
     finish: Callable[[Choice], Result],
     *,
     carry: bool = True,
+    evidence: float = EVIDENCE_FILLS,
 ) -> Result:
     """``hycache``'s choice (``hycache.policy.tuning.pick_knobs``) among ``candidates``,
     scored by the tokens each window replay reused, on ``window_of(multiplier)``; ``finish``
     runs on the choice where the winner's window replay ran (kept for it only if ``carry``).
-    A window in which no candidate
-    reused a single token tells them apart no better than a coin: it is doubled until some
-    candidate reuses something or it holds the whole source."""
+    The window must hold evidence (``has_evidence``): it is doubled until some candidate
+    reused tokens in ``evidence`` times as many requests as fill the cache once
+    (``Window.fill``), or it holds the whole source."""
     while True:
         window = window_of(multiplier)
         kept: HeadReplays[Mapping[str, object]] = HeadReplays(window.count)
@@ -144,16 +150,20 @@ def choose_knobs(
             choice: Mapping[str, object],
             window: Window = window,
             kept: HeadReplays[Mapping[str, object]] = kept,
-        ) -> float:
+        ) -> WindowReuse:
             done = replay(choice, window)
-            reused = float(done.cache.stats().reused_tokens)
+            stats = done.cache.stats()
+            reused = float(stats.reused_tokens)
             if carry:
                 kept.offer(choice, reused, done)
-            return reused
+            return reused, stats.requests_hit
 
-        def pick(scores: Sequence[float], window: Window = window) -> int | None:
-            if any(scores) or window.whole:
-                return pick_knobs(scores, margin)
+        def pick(scores: Sequence[WindowReuse], window: Window = window) -> int | None:
+            hits = [hits for _, hits in scores]
+            if window.whole or (
+                window.fill is not None and has_evidence(hits, window.fill, evidence)
+            ):
+                return pick_knobs([reused for reused, _ in scores], margin)
             return None
 
         def finish_knobs(

@@ -34,6 +34,7 @@ from hycache.policy.bootstrap import Contest, Outcome, Picked, checked_pick, in_
 
 Candidate = TypeVar("Candidate")
 Result = TypeVar("Result")
+Score = TypeVar("Score")
 
 #: how long a worker told to stop may take to exit before it is killed
 STOP_TIMEOUT_S = 5.0
@@ -65,11 +66,11 @@ def forked_contest(workers: int, *, share_cores: bool = False) -> Contest:
         raise ConfigError(f"workers must be >= 1, got {workers}")
 
     def contest(
-        replay: Callable[[Candidate], float],
+        replay: Callable[[Candidate], Score],
         candidates: Sequence[Candidate],
-        pick: Callable[[Sequence[float]], int | None],
+        pick: Callable[[Sequence[Score]], int | None],
         finish: Callable[[Candidate], Result],
-    ) -> Outcome[Result]:
+    ) -> Outcome[Score, Result]:
         count = contest_processes(len(candidates), workers, share_cores=share_cores)
         if count <= 1 or not can_fork():
             return in_order(replay, candidates, pick, finish)
@@ -84,7 +85,7 @@ class _Workers:
     def __init__(
         self,
         count: int,
-        replay: Callable[[Any], float],
+        replay: Callable[[Any], Any],
         candidates: Sequence[Any],
         finish: Callable[[Any], Any],
     ) -> None:
@@ -104,15 +105,15 @@ class _Workers:
             there.close()
             self.links.append((process, here))
 
-    def run(self, pick: Callable[[Sequence[float]], int | None]) -> Outcome[Any]:
+    def run(self, pick: Callable[[Sequence[Any]], int | None]) -> Outcome[Any, Any]:
         try:
-            outcomes: dict[int, float | BaseException] = {}
+            outcomes: dict[int, object] = {}
             for index in range(0, len(self.candidates), self.count):
                 outcomes[index] = _outcome(functools.partial(self.replay, self.candidates[index]))
             for worker, (_process, link) in enumerate(self.links, start=1):
                 for index in range(worker, len(self.candidates), self.count):
                     outcomes[index] = _received(link)
-            scores: list[float] = []
+            scores: list[object] = []
             for index in range(len(self.candidates)):
                 outcome = outcomes[index]
                 if isinstance(outcome, BaseException):
@@ -151,7 +152,7 @@ class _Workers:
 
 def _work(
     link: Connection,
-    replay: Callable[[Any], float],
+    replay: Callable[[Any], Any],
     finish: Callable[[Any], Any],
     candidates: Sequence[Any],
     share: range,
@@ -190,8 +191,9 @@ def _received(link: Connection) -> Any:
         raise IntegrityError("a bootstrap worker exited without reporting") from None
 
 
-def _outcome(run: Callable[[], float]) -> float | BaseException:
+def _outcome(run: Callable[[], object]) -> object:
+    """``run()``'s score, or the exception it raised."""
     try:
-        return float(run())
+        return run()
     except Exception as exc:  # re-raised by the caller, in the candidates' order
         return exc

@@ -185,6 +185,7 @@ def _run_policy(
             contest,
             finish,
             carry=carry_in_mode,
+            evidence=float(resolved["bootstrap_evidence"] or 0),
         )
     return finish(Choice())
 
