@@ -35,7 +35,7 @@ class Window:
     count: int
     #: whether that is all of the source
     whole: bool
-    #: the first requests whose tokens fill the cache once (None: the source never does)
+    #: how many first requests of the source fill the cache once (None: all do not)
     fill: int | None
 
 
