@@ -6,9 +6,14 @@ that reused some. A window rule's pick on a cell is then computed from those cur
 ``hycache.sim.bootstrap.choose_knobs`` makes it (the same ``bootstrap_window``, doubled until
 ``has_evidence``; the same ``pick_knobs``), and the pick's whole-trace hit rate is the
 candidate's own. Rules: ``bootstrap_evidence`` at each ``--evidence`` value (0: the rule before
-evidence counted) and the best candidate in hindsight. With ``--matrix`` (a
-``policy_matrix.py`` results file of the same split) each rule's count of cells at or above
-the best other preset (its bar) is printed too.
+evidence counted), the best candidate in hindsight, and two references: the first candidate
+(the default) alone, and the pick at the default evidence switched in where its window ends
+(the default's reuse in the window, the pick's own after it: roughly what a cache that ran the
+default while it judged would get; the simulator instead carries the pick's window replay on,
+so its window counts the pick's reuse). ``--candidates`` (a JSON list of knob sets, the first
+the default) replaces ``hycache.policy.tuning.CANDIDATES``, to score other candidate sets
+offline. With ``--matrix`` (a ``policy_matrix.py`` results file of the same split) each
+rule's count of cells at or above the best other preset (its bar) is printed too.
 
     python benchmarks/bootstrap_windows.py --split tune --matrix policy_matrix.json
     python benchmarks/bootstrap_windows.py --split eval --seeds 6,7,8,9,10 \\
@@ -18,14 +23,16 @@ the best other preset (its bar) is printed too.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
-from hycache.policy.tuning import CANDIDATES, has_evidence, pick_knobs
+from hycache.policy.tuning import CANDIDATES, EVIDENCE_FILLS, has_evidence, pick_knobs
 from hycache.sim.bootstrap import bootstrap_window
 from hycache.sim.serial import SerialReplay
 from hycache.sim.simulate import _build
@@ -47,7 +54,7 @@ MULTIPLIER = 5  # the ``bootstrap_multiplier`` default
 @dataclass(frozen=True)
 class Curves:
     """One cell: per candidate, the tokens reused and the requests hit after each request,
-    and its whole-trace hit rate."""
+    and its whole-trace hit rate; the prompt tokens of the whole trace."""
 
     label: str
     pct: float
@@ -55,16 +62,33 @@ class Curves:
     reused: tuple[tuple[int, ...], ...]
     hits: tuple[tuple[int, ...], ...]
     hit_rate: tuple[float, ...]
+    prompt_tokens: int
+
+    def switched(self, index: int, window: int) -> float:
+        """The hit rate of the first candidate for the first ``window`` requests and of
+        candidate ``index`` after them (each candidate's own reuse per request)."""
+        last = window - 1
+        own = self.reused[index]
+        reused = self.reused[0][last] + own[-1] - own[last]
+        return reused / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-def replay_candidates(args: tuple[str, str, int, float, int]) -> Curves:
-    model, label, requests, pct, capacity = args
+CellArgs = tuple[str, str, int, float, int, Sequence[Mapping[str, object]]]
+#: a rule's pick on a cell: the candidate, its window (0: none) and the hit rate it gets
+Rule = Callable[[Curves], tuple[int, int, float]]
+
+
+def replay_candidates(args: CellArgs) -> Curves:
+    """Every candidate of ``args`` (model, label, requests, pct, capacity, candidates)
+    replayed alone on the cell."""
+    model, label, requests, pct, capacity, candidates = args
     config = _config(model, "serial")
     source = Source(label, requests)
     reused: list[tuple[int, ...]] = []
     hits: list[tuple[int, ...]] = []
     rates: list[float] = []
-    for candidate in CANDIDATES:
+    prompt_tokens = 0
+    for candidate in candidates:
         cache = _build(config, "hycache", capacity, dict(candidate))
         replay = SerialReplay(
             cache, config.cost, reject_oversized=True, session_idle_s=config.session_idle_s
@@ -79,7 +103,8 @@ def replay_candidates(args: tuple[str, str, int, float, int]) -> Curves:
         reused.append(tuple(tokens))
         hits.append(tuple(hit))
         rates.append(replay.result().token_hit_rate)
-    return Curves(label, pct, capacity, tuple(reused), tuple(hits), tuple(rates))
+        prompt_tokens = cache.stats().prompt_tokens
+    return Curves(label, pct, capacity, tuple(reused), tuple(hits), tuple(rates), prompt_tokens)
 
 
 def pick(curves: Curves, model: str, requests: int, evidence: float) -> tuple[int, int]:
@@ -115,7 +140,14 @@ def main() -> None:
     add_cell_options(parser, split="tune")
     parser.add_argument("--evidence", default="0,0.5,1,2", help="bootstrap_evidence values")
     parser.add_argument("--matrix", help="policy_matrix.py results of the same split")
+    parser.add_argument(
+        "--candidates",
+        type=json.loads,
+        default=list(CANDIDATES),
+        help="a JSON list of knob sets, the default first (default: the simulator's)",
+    )
     args = parser.parse_args()
+    candidates = tuple(dict(c) for c in args.candidates)
     labels = split_sources(
         args.sources.split(","), args.split, [int(s) for s in args.seeds.split(",")]
     )
@@ -132,6 +164,7 @@ def main() -> None:
                 args.requests,
                 pct,
                 capacity_of(store, args.model, label, args.requests, pct),
+                candidates,
             )
             for label in labels
             for pct in pcts
@@ -142,22 +175,38 @@ def main() -> None:
             )
         )
     values = [float(v) for v in args.evidence.split(",")]
+    model, requests = args.model, args.requests
+
+    def by_evidence(evidence: float) -> Rule:
+        def rule(c: Curves) -> tuple[int, int, float]:
+            index, size = pick(c, model, requests, evidence)
+            return index, size, c.hit_rate[index]
+
+        return rule
+
+    def hindsight(c: Curves) -> tuple[int, int, float]:
+        index = max(range(len(c.hit_rate)), key=lambda i: c.hit_rate[i])
+        return index, 0, c.hit_rate[index]
+
+    def switched_in(c: Curves) -> tuple[int, int, float]:
+        index, size = pick(c, model, requests, EVIDENCE_FILLS)
+        return index, size, c.switched(index, size)
+
+    rules: list[tuple[str, Rule]] = [
+        *((f"evidence {v:g} fills", by_evidence(v)) for v in values),
+        ("best in hindsight", hindsight),
+        ("the default alone", lambda c: (0, 0, c.hit_rate[0])),
+        (f"evidence {EVIDENCE_FILLS:g}, switched in", switched_in),
+    ]
     header = f"{'rule':24s} {'held':>6s} {'mean hit':>9s} {'mean window':>12s}"
     print(f"{header}  picks that differ from evidence 0")
-    baseline = {c.label + str(c.pct): pick(c, args.model, args.requests, 0.0)[0] for c in curves}
-    for name, value in [
-        *((f"evidence {v:g} fills", v) for v in values),
-        ("best in hindsight", None),
-    ]:
+    baseline = {c.label + str(c.pct): pick(c, model, requests, 0.0)[0] for c in curves}
+    for name, rule in rules:
         held = judged = 0
         total = windows = 0.0
         changed: list[str] = []
         for c in curves:
-            if value is None:
-                index, size = max(range(len(c.hit_rate)), key=lambda i: c.hit_rate[i]), 0
-            else:
-                index, size = pick(c, args.model, args.requests, value)
-            rate = c.hit_rate[index]
+            index, size, rate = rule(c)
             total += rate
             windows += size
             before = baseline[c.label + str(c.pct)]
