@@ -224,12 +224,19 @@ def test_the_choice_is_recorded_with_its_window() -> None:
     assert result.as_json()["tuned"] == result.tuned
     marconi = run_policy(config, "marconi", capacity, source)
     assert marconi.tuned["alpha"] == marconi.knobs["alpha"]
+    assert window < 200 and marconi.tuned["window_requests"] < 200
     notes = tuned_notes({"hycache": result, "marconi": marconi})
     assert notes == [
         "hycache: chose eviction=value, adaptive=true, aging_horizon=0 (GreedyDual's flat "
-        f"clock) on a bootstrap window of {window} requests",
+        f"clock) on a bootstrap window of {window} of 200 requests",
         f"marconi: chose alpha={marconi.knobs['alpha']} on a bootstrap window of "
-        f"{marconi.tuned['window_requests']} requests",
+        f"{marconi.tuned['window_requests']} of 200 requests",
+    ]
+    # a window that held every request: the note says the choice saw the whole trace
+    whole = dataclasses.replace(result, tuned={**result.tuned, "window_requests": 200})
+    assert tuned_notes({"hycache": whole}) == [
+        "hycache: chose eviction=value, adaptive=true, aging_horizon=0 (GreedyDual's flat "
+        "clock) on a bootstrap window of all 200 requests: a choice in hindsight"
     ]
 
 

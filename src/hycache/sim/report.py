@@ -166,7 +166,8 @@ def rejected_notes(results: Mapping[str, PolicyResult]) -> list[str]:
 
 def tuned_notes(results: Mapping[str, PolicyResult]) -> list[str]:
     """One line per policy whose bootstrap chose something (``PolicyResult.tuned``): what, and
-    on how many requests; empty when nothing was tuned."""
+    on how many of the requests; it says so when the window held them all (the choice saw the
+    whole trace, and the winner's replay of it is the result). Empty when nothing was tuned."""
     notes = []
     for name, r in results.items():
         chosen = {k: v for k, v in r.tuned.items() if k != "window_requests"}
@@ -175,9 +176,12 @@ def tuned_notes(results: Mapping[str, PolicyResult]) -> list[str]:
         shown = ", ".join(f"{k}={_knob_text(v)}" for k, v in chosen.items())
         if chosen.get("aging_horizon") == 0:
             shown += " (GreedyDual's flat clock)"
-        notes.append(
-            f"{name}: chose {shown} on a bootstrap window of {r.tuned['window_requests']} requests"
-        )
+        window = r.tuned["window_requests"]
+        if isinstance(window, int) and window >= r.requests:
+            seen = f"all {r.requests} requests: a choice in hindsight"
+        else:
+            seen = f"{window} of {r.requests} requests"
+        notes.append(f"{name}: chose {shown} on a bootstrap window of {seen}")
     return notes
 
 
