@@ -67,6 +67,7 @@ LATER_KNOBS = {
     "strict_guess_pins",
     "tail_quantile",
     "tune_clock",
+    "bootstrap_causal",
 }
 
 

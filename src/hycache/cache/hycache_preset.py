@@ -278,6 +278,13 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "cache fills of requests (0: in one request)",
         "-",
     ),
+    "bootstrap_causal": Knob(
+        False,
+        bool,
+        "tune: the cache runs the default candidate through the window and switches to the "
+        "pick in place where the window ends (false: the pick's own window replay goes on)",
+        "-",
+    ),
 }
 
 #: the planner's threshold knobs that are counts, ratios or token lengths (positive integers)

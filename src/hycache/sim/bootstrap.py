@@ -54,11 +54,15 @@ WindowReuse = tuple[float, int]
 @dataclass(frozen=True)
 class Choice:
     """What a bootstrap chose: ``knobs`` over the preset's, the requests its window held (None:
-    nothing was tuned), and the winner's window replay to carry on (None: none kept)."""
+    nothing was tuned), and the winner's window replay to carry on (None: none kept). With
+    ``switched_from`` (a causal choice) the run goes through the window with those knobs (the
+    first candidate's, ``carried`` their window replay) and switches to ``knobs`` in place
+    where the window ends."""
 
     knobs: Mapping[str, object] = field(default_factory=dict)
     window_requests: int | None = None
     carried: HeadReplay | None = None
+    switched_from: Mapping[str, object] | None = None
 
     @property
     def tuned(self) -> dict[str, object]:
@@ -135,13 +139,18 @@ def choose_knobs(
     *,
     carry: bool = True,
     evidence: float = EVIDENCE_FILLS,
+    causal: bool = False,
 ) -> Result:
     """``hycache``'s choice (``hycache.policy.tuning.pick_knobs``) among ``candidates``,
     scored by the tokens each window replay reused, on ``window_of(multiplier)``; ``finish``
     runs on the choice where the winner's window replay ran (kept for it only if ``carry``).
+    ``causal``: ``finish`` runs where the first candidate's window replay ran, on a choice
+    that switches from it to the pick (``Choice.switched_from``): no window counts the reuse
+    of a candidate the cache did not run.
     The window must hold evidence (``has_evidence``): it is doubled until some candidate
     reused tokens in ``evidence`` times as many requests as fill the cache once
     (``Window.fill``), or it holds the whole source."""
+    picked: list[Mapping[str, object]] = []  # causal: the pick, known where the first ran
     while True:
         window = window_of(multiplier)
         kept: HeadReplays[Mapping[str, object]] = HeadReplays(window.count)
@@ -163,7 +172,11 @@ def choose_knobs(
             if window.whole or (
                 window.fill is not None and has_evidence(hits, window.fill, evidence)
             ):
-                return pick_knobs([reused for reused, _ in scores], margin)
+                index = pick_knobs([reused for reused, _ in scores], margin)
+                if causal:
+                    picked.append(candidates[index])
+                    return 0  # finished where the first candidate ran, switched to the pick
+                return index
             return None
 
         def finish_knobs(
@@ -171,6 +184,8 @@ def choose_knobs(
             window: Window = window,
             kept: HeadReplays[Mapping[str, object]] = kept,
         ) -> Result:
+            if causal:
+                return finish(Choice(picked[-1], window.count, kept.winner(choice), choice))
             return finish(Choice(choice, window.count, kept.winner(choice)))
 
         outcome = contest(score, candidates, pick, finish_knobs)

@@ -4,10 +4,11 @@ then its replay, side by side."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.presets import KNOBS, build_cache, resolve_knobs
+from hycache.cache.retune import switch_candidate
 from hycache.cache.tierconfig import TierConfig
 from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
@@ -25,7 +26,7 @@ from hycache.sim.progress import Progress
 from hycache.sim.replay import EngineReplay, replay_engine
 from hycache.sim.serial import SerialReplay, replay_serial
 from hycache.sim.sessions import DEFAULT_IDLE_S
-from hycache.sim.source import Source, rest
+from hycache.sim.source import Source, head, rest
 from hycache.spec.model import ModelSpec
 
 UNLIMITED_BYTES = 1 << 60
@@ -165,9 +166,10 @@ def _run_policy(
         """The replay of the whole source with the bootstrap's choice, which it records."""
         if choice.window_requests is not None:
             collect_dropped()  # the bootstrap's losing caches, before the long replay
-        result = _final_replay(
-            config, preset, capacity, source, choice.knobs, choice.carried, total
-        )
+        carried = choice.carried
+        if choice.switched_from is not None:
+            carried = _switched(config, preset, capacity, source, choice, replay_in_mode)
+        result = _final_replay(config, preset, capacity, source, choice.knobs, carried, total)
         tuned = choice.tuned
         return dataclasses.replace(result, tuned=tuned) if tuned else result
 
@@ -176,6 +178,12 @@ def _run_policy(
         window = bootstrap_window(source, config.spec, capacity, multiplier)
         return choose_alpha(window, replay, contest, finish, carry=carry)
     if preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
+        causal = bool(resolved["bootstrap_causal"])
+        if causal and not carry_in_mode:
+            raise ConfigError(
+                "hycache.bootstrap_causal needs a serial or engine run without tiers (it goes "
+                "on from the window replay)"
+            )
         return choose_knobs(
             lambda multiplier: bootstrap_window(source, config.spec, capacity, multiplier),
             int(resolved["bootstrap_multiplier"] or 5),
@@ -186,8 +194,29 @@ def _run_policy(
             finish,
             carry=carry_in_mode,
             evidence=float(resolved["bootstrap_evidence"] or 0),
+            causal=causal,
         )
     return finish(Choice())
+
+
+def _switched(
+    config: SimulationConfig,
+    preset: str,
+    capacity: int,
+    source: Source,
+    choice: Choice,
+    replay_in_mode: Callable[[Mapping[str, object], Window], HeadReplay],
+) -> HeadReplay:
+    """A causal choice's run up to the end of its window: the first candidate's window replay
+    (the one kept, or a new one), switched to the pick in place. (Where the run may not carry
+    it on, ``_final_replay`` replays from the start and meets what stops it there.)"""
+    carried = choice.carried
+    if carried is None:
+        count = choice.window_requests or 0
+        window = Window(lambda: head(source, count), count, False, None)
+        carried = replay_in_mode(choice.switched_from or {}, window)
+    switch_candidate(carried.cache, choice.knobs)
+    return carried
 
 
 def _final_replay(

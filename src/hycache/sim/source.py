@@ -24,6 +24,13 @@ class PrefixSource(Protocol):
     def __len__(self) -> int: ...
 
 
+def head(source: Source, count: int) -> Iterator[Request]:
+    """``source``'s first ``count`` requests."""
+    if isinstance(source, PrefixSource):
+        return source.window(0, count)
+    return itertools.islice(source(), count)
+
+
 def rest(source: Source, start: int) -> Iterator[Request]:
     """``source``'s requests after its first ``start``."""
     if isinstance(source, PrefixSource):

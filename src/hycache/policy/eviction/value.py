@@ -271,6 +271,16 @@ class ValueEviction(HeapEviction):
     def forget(self, live: KeysView[tuple[Node, int]]) -> None:
         self._aging.forget(live)
 
+    def fix_flat_clock(self) -> None:
+        """From now on age by GreedyDual's flat clock alone and stop learning the clock (what
+        ``aging_horizon`` 0 gives a new policy); every entry is re-keyed if the live clock was
+        the aged one."""
+        aging = self._aging
+        aging.learn = False
+        if aging.aged:
+            aging.aged = False
+            self._rekey_all()
+
     # ------------------------------------------------------------------ re-keying
     def _rekey_all(self) -> None:
         """The live aging clock changed: every entry goes back in with its born time on the
