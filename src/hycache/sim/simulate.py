@@ -168,7 +168,7 @@ def _run_policy(
             collect_dropped()  # the bootstrap's losing caches, before the long replay
         carried = choice.carried
         if choice.switched_from is not None:
-            carried = _switched(config, preset, capacity, source, choice, replay_in_mode)
+            carried = _switched(source, choice, replay_in_mode)
         result = _final_replay(config, preset, capacity, source, choice.knobs, carried, total)
         tuned = choice.tuned
         return dataclasses.replace(result, tuned=tuned) if tuned else result
@@ -200,9 +200,6 @@ def _run_policy(
 
 
 def _switched(
-    config: SimulationConfig,
-    preset: str,
-    capacity: int,
     source: Source,
     choice: Choice,
     replay_in_mode: Callable[[Mapping[str, object], Window], HeadReplay],
