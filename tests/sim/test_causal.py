@@ -14,6 +14,7 @@ from hycache.policy.tuning import CANDIDATES
 from hycache.sim.cost import CostModel
 from hycache.sim.forked import forked_contest
 from hycache.sim.hardware import hardware
+from hycache.sim.replay import EngineReplay
 from hycache.sim.serial import SerialReplay
 from hycache.sim.simulate import SimulationConfig, footprint_bytes, run_policy
 from hycache.sim.workloads import generate
@@ -73,3 +74,27 @@ def test_forked_contests_switch_where_the_default_ran(mode: str) -> None:
 def test_a_causal_bootstrap_needs_a_run_it_can_go_on_from() -> None:
     with pytest.raises(ConfigError, match="bootstrap_causal"):
         run_policy(config("disagg", True), "hycache", CAPACITY, source)
+
+
+def test_an_engine_run_switches_where_its_window_leaves_the_queue() -> None:
+    chat6 = lambda: generate("chat", requests=200, seed=6)  # noqa: E731 (its pick: no skipping)
+    capacity = footprint_bytes(config("serial", False), chat6) // 20
+    plain = run_policy(config("engine", False), "hycache", capacity, chat6)
+    causal = run_policy(config("engine", True), "hycache", capacity, chat6)
+    assert causal.tuned == plain.tuned and plain.tuned["adaptive"] is False
+    pick = {k: v for k, v in plain.tuned.items() if k != "window_requests"}
+    window = plain.tuned["window_requests"]
+    assert isinstance(window, int)
+    cache = build_cache(SPEC, capacity, "hycache", **CANDIDATES[0])  # type: ignore[arg-type]
+    run = config("engine", True)
+    engine = EngineReplay(
+        cache,
+        chat6(),
+        run.cost,
+        token_budget=cache.config.token_budget or run.token_budget,
+        reject_oversized=True,
+        session_idle_s=run.session_idle_s,
+    ).run_until(window)
+    switch_candidate(cache, pick)
+    assert causal.token_hit_rate == engine.result().token_hit_rate
+    assert causal.token_hit_rate != plain.token_hit_rate
