@@ -72,6 +72,7 @@ VARIANTS = (
     Variant("keep_best", ("hycache.keep_best=false",)),
     Variant("proven_first", ("hycache.proven_first=false",)),
     Variant("skip_first_step", ("hycache.skip_first_step=false",)),
+    Variant("decode_room", ("hycache.decode_room=false",), engine_only=True),
     Variant("learn_grid", ("hycache.learn_grid=false",)),
     Variant("tail", ("hycache.tail=false",)),
     Variant("tail_rule", ("hycache.tail_quantile=0.9",)),

@@ -300,3 +300,28 @@ def test_a_checkpoint_within_the_first_grid_step_is_not_taken(
     plan = planner.plan(PlanInput(3081, start, start, 1, None, 0, kernel_chunk=64))
     assert [(p.position, p.reason) for p in plan.checkpoints] == points
     assert plan.chunk_ends == ends
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "decode_room", "kernel_chunk", "ends"),
+    [
+        # 8192 less 3 decoding requests, floored to the grid step (lcm(64, 16) = 64): 8128
+        (3, True, 64, (8128, 16256, 20000)),
+        (0, True, 64, (8192, 16384, 20000)),
+        (3, False, 64, (8192, 16384, 20000)),
+        # no kernel grid (serial replays): nothing is prefilled beside decodes
+        (3, True, None, (8192, 16384, 20000)),
+        # never below one grid step
+        (8190, True, 64, (*range(64, 20000, 64), 20000)),
+    ],
+)
+def test_chunks_leave_a_token_of_the_budget_per_request_in_flight(
+    in_flight: int, decode_room: bool, kernel_chunk: int | None, ends: tuple[int, ...]
+) -> None:
+    planner = HycachePlanner(
+        adaptive=False, free_room=False, tail_checkpoint=False, decode_room=decode_room
+    )
+    request = PlanInput(20000, 0, 0, 16, 8192, 0, kernel_chunk=kernel_chunk, in_flight=in_flight)
+    plan = planner.plan(request)
+    assert plan.chunk_ends == ends
+    assert all(p.position in ends or p.position == 20000 for p in plan.checkpoints)

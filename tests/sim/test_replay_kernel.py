@@ -144,3 +144,29 @@ def test_a_later_planned_chunk_is_the_grid_a_cut_is_floored_to() -> None:
     flight.position = 1050
     assert flight.budget_end(1500, 3000, 64) == 1050 + 7 * 64
     cache.abort(lease)
+
+
+def test_a_chunk_planned_with_room_for_decodes_runs_whole() -> None:
+    """``b``'s 10,000-token prompt arrives while ``a`` decodes: a step gives it 8,191 of the
+    8,192-token budget. Planned in chunks of the whole budget, its first chunk ends at 8,192:
+    the step runs 8,191 tokens of it and the next one the last token alone, so its prefill
+    takes three steps. With ``decode_room`` the chunks are 8,128 long (one token less per
+    request in flight, on the grid): two steps."""
+    requests = [
+        request("a", list(range(100)), 2_000, 0.0),
+        request("b", list(range(10_000, 20_000)), 4, 0.5),
+    ]
+    spec = load_spec("qwen3-next-80b-a3b")
+    cost = CostModel(spec, hardware("h200"))
+    results = {}
+    for room in (True, False):
+        cache = build_cache(
+            spec, 10**12, "hycache", track_ids=False, free_room=False, decode_room=room
+        )
+        results[room] = replay_engine(cache, requests, cost)
+        cache.check_integrity()
+    with_room, without = results[True], results[False]
+    assert with_room.token_hit_rate == without.token_hit_rate == 0.0
+    sliver = cost.step_time([(8_191, 1)], [100 + 1])  # the step that ran the last token
+    saved = without.ttft_samples[1] - with_room.ttft_samples[1]
+    assert saved > 0.9 * sliver

@@ -125,6 +125,7 @@ class Admitter:
                 },
                 self.kernel_chunk if kernel_grid else None,
                 *self._state_room(),
+                len(self.in_flight),
             )
         )
         source = None

@@ -64,6 +64,15 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "cost a forward pass to save a later request less than one grid step over that state)",
         "-",
     ),
+    "decode_room": Knob(
+        True,
+        bool,
+        "engine mode: prefill chunks are planned a token shorter than the token budget for "
+        "every request in flight (each decodes a token per step beside the prefill), on the "
+        "kernel grid; false: chunks of the whole budget, which a step with decodes cannot run "
+        "whole (the sliver left costs a step more)",
+        "-",
+    ),
     "eviction": Knob(
         "value",
         str,
@@ -386,6 +395,7 @@ def build_hycache(
             keep_best=bool(k["keep_best"]),
             proven_first=bool(k["proven_first"]),
             skip_first_step=bool(k["skip_first_step"]),
+            decode_room=bool(k["decode_room"]),
             thresholds=_planner_thresholds(k),
         ),
         admission=admission(k["admission"]),

@@ -61,6 +61,9 @@ class PlanInput:
     #: tokens of attention KV that weigh as much as one state (``ModelSpec.state_bytes`` over
     #: ``kv_bytes_per_token``; None: unknown)
     state_kv_tokens: int | None = None
+    #: requests in flight when this one is admitted: in an engine step each one decoding
+    #: takes a token of the step's ``token_budget``
+    in_flight: int = 0
 
 
 @dataclass(frozen=True)

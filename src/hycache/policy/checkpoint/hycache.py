@@ -47,6 +47,8 @@ class HycachePlanner(CheckpointPolicy):
     With ``skip_first_step`` one within the first grid step past the state a prefill resumes
     from is not a candidate (it would save a later request less than a grid step over that
     state); the choice goes to the other kinds.
+    Chunks are at most the token budget long; with ``decode_room`` a token shorter for every
+    request in flight (``_chunk_budget``), so a step that also decodes them runs a chunk whole.
     At most ``max_prefill_checkpoints`` (default 1) are taken per prefill (each holds a state's
     memory): the kinds reused most so far. With ``proven_first`` a kind never resumed from
     ranks below every kind resumed from, and such kinds keep the fixed order branch, tail,
@@ -83,6 +85,7 @@ class HycachePlanner(CheckpointPolicy):
         keep_best: bool = True,
         proven_first: bool = True,
         skip_first_step: bool = True,
+        decode_room: bool = True,
         thresholds: PlannerThresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.interval = interval
@@ -97,6 +100,7 @@ class HycachePlanner(CheckpointPolicy):
         self.keep_best = keep_best
         self.proven_first = proven_first
         self.skip_first_step = skip_first_step
+        self.decode_room = decode_room
         self._grid_counts: dict[int, int] = {}
         self._observed = 0
         self._plans = 0
@@ -216,8 +220,8 @@ class HycachePlanner(CheckpointPolicy):
         branch = floor_to(request.kv_hit, page)
         if branch > start:
             wanted[branch] = "branch"
-        budget = request.token_budget
         kernel: int | None = request.kernel_chunk  # (typed: mypyc infers None otherwise)
+        budget = self._chunk_budget(request)
         ends = chunk_ends(start, n, budget)
         if kernel is not None:
             # onto the kernel grid of its chunk (at most kernel_chunk - 1 tokens earlier):
@@ -274,6 +278,18 @@ class HycachePlanner(CheckpointPolicy):
                 kept[final] = "final"  # taken during decode: no extra prefill chunk
         points = tuple(Checkpoint(p, r) for p, r in sorted(kept.items()))
         return PrefillPlan(tuple(ends), points, keep_final_state=donate)
+
+    def _chunk_budget(self, request: PlanInput) -> int | None:
+        """The longest prefill chunk planned: the token budget, less (with ``decode_room`` and
+        a kernel grid) a token for every request in flight, which decodes one per step beside
+        this prefill, floored to the grid step (lcm of kernel chunk and page) so the chunks
+        after it keep the grid. A chunk the step cannot hold whole would leave a sliver to its
+        planned end for the next step: a forward pass more for a few tokens."""
+        budget, kernel = request.token_budget, request.kernel_chunk
+        if not self.decode_room or budget is None or kernel is None:
+            return budget
+        step = math.lcm(kernel, request.page_size)
+        return max(step, floor_to(budget - request.in_flight, step))
 
     def _free_room_grid(self, request: PlanInput) -> range:
         """A point every ``spacing`` tokens of the prompt past its start: the divergence grid,
