@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -325,3 +327,31 @@ def test_chunks_leave_a_token_of_the_budget_per_request_in_flight(
     plan = planner.plan(request)
     assert plan.chunk_ends == ends
     assert all(p.position in ends or p.position == 20000 for p in plan.checkpoints)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pages=st.integers(1, 4000),
+    start_pages=st.integers(0, 3999),
+    budget=st.integers(1, 20_000),
+    in_flight=st.integers(0, 300),
+    page=st.sampled_from([1, 16, 48]),
+)
+def test_every_chunk_but_the_last_fits_the_budget_left_by_the_decodes(
+    pages: int, start_pages: int, budget: int, in_flight: int, page: int
+) -> None:
+    """A prompt whose only planned state is its end (a whole number of pages): every chunk but
+    the last is one length, a multiple of the grid step (lcm of the kernel chunk, 64, and the
+    page), at most the budget less the requests in flight, or one step where that leaves less."""
+    n = pages * page
+    start = min(start_pages, pages - 1) * page
+    planner = HycachePlanner(adaptive=False, free_room=False, tail_checkpoint=False)
+    request = PlanInput(n, start, start, page, budget, 0, kernel_chunk=64, in_flight=in_flight)
+    ends = planner.plan(request).chunk_ends
+    step = 64 * page // math.gcd(64, page)
+    lengths = [b - a for a, b in zip((start, *ends), ends, strict=False)]
+    assert ends[-1] == n
+    assert len(set(lengths[:-1])) <= 1
+    for length in lengths[:-1]:
+        assert length % step == 0
+        assert length <= max(step, budget - in_flight)
