@@ -17,6 +17,7 @@ PLANNER_KNOBS = {"learn_grid": "learn_grid", "tail": "tail_checkpoint", "free_ro
 #: the value eviction's knobs: each sets the ValueEviction attribute of that name
 VALUE_KNOBS = (
     "by_reason",
+    "reason_weight",
     "superseded_weight",
     "learn_superseded",
     "dead_weight",
@@ -51,6 +52,7 @@ def test_each_ablation_knob_reaches_its_mechanism() -> None:
     assert not (planner.learn_grid or planner.tail_checkpoint or planner.free_room)
     _, eviction = _parts(
         by_reason=False,
+        reason_weight="chance",
         superseded_weight=1,
         learn_superseded=False,
         dead_weight=1,
@@ -61,6 +63,7 @@ def test_each_ablation_knob_reaches_its_mechanism() -> None:
         strict_guess_pins=False,
     )
     assert not (eviction.by_reason or eviction.learn_superseded or eviction.pin_reused_guesses)
+    assert eviction.reason_weight == "chance"
     assert not eviction.strict_guess_pins
     assert (eviction.superseded_weight, eviction.dead_weight, eviction.exponent) == (1, 1, 1)
     assert eviction.aging_horizon == 0 and eviction._superseded_factor() == 1.0

@@ -13,6 +13,7 @@ import pytest
 from hycache.cache.config import CacheConfig
 from hycache.cache.facade import HybridPrefixCache
 from hycache.cache.presets import build_cache
+from hycache.errors import ConfigError
 from hycache.memory.layouts import shared_pool
 from hycache.policy.admission import AlwaysAdmit
 from hycache.policy.eviction.value import ValueEviction
@@ -112,3 +113,49 @@ def test_value_eviction_never_overruns_and_keeps_integrity() -> None:
         if len(history) > 400:
             history.clear()
     assert cache.stats().reused_tokens > 0
+
+
+@pytest.mark.parametrize("reason_weight", ["chance", "rate"])
+def test_a_state_weighs_the_chance_of_one_more_hit_given_those_it_had(
+    reason_weight: str,
+) -> None:
+    """Documents C and A were asked four questions (their states resumed from three times), B
+    two; then C's state left the cache and a fourth state was stored. With ``reason_weight``
+    "rate" every state weighs its reason's hits per state stored, (7 + 1) / (4 + 2). With
+    "chance" the fresh state weighs the chance that a state of its reason is resumed from at
+    all, c0 = (3 + 1) / (4 + 2); one resumed from ``k`` times, the share of the states that had
+    a ``k``-th hit and settled (left the cache, or had another) that had a (k+1)-th, with c0
+    as one more state: A (3 hits; C settled there, with no fourth) (0 + c0) / (1 + 1); B (1
+    hit; A and C went on) (2 + c0) / (2 + 1). Either way a branch point's weight counts its
+    continuations."""
+    policy = ValueEviction(reason_weight=reason_weight)
+    cache = make(policy, every=128)
+    docs = {"c": (9000, 4), "a": (0, 4), "b": (5000, 2)}
+    for start, questions in docs.values():
+        for question in range(questions):
+            run(cache, [*seq(start, 128), *seq(1000 + 100 * question, 16)])
+    node = {
+        name: cache.tree.match(seq(start, 128), None).path[-1] for name, (start, _) in docs.items()
+    }
+    rec = cache.recurrent
+    assert rec is not None
+    cache.accounting.evict(node["c"], rec)
+    run(cache, [*seq(7000, 128), 1])  # a fresh state
+    a, b = node["a"], node["b"]
+    fresh = cache.tree.match(seq(7000, 128), None).path[-1]
+    assert (a.end, len(a.children), b.end, len(b.children), fresh.end) == (128, 4, 128, 2, 128)
+    view = policy._view
+    assert view.state_reuse_rate(a) == view.state_reuse_rate(b) == pytest.approx(8 / 6)
+    assert view.state_hit_chance(fresh) == pytest.approx(4 / 6)
+    assert view.state_hit_chance(a) == pytest.approx((0 + 4 / 6) / (1 + 1))
+    assert view.state_hit_chance(b) == pytest.approx((2 + 4 / 6) / (2 + 1))
+    ratio = policy._state_value(a) / policy._state_value(b)
+    if reason_weight == "chance":
+        assert ratio == pytest.approx((4 * (4 / 6) / 2) / (2 * (8 / 3) / 3))
+    else:
+        assert ratio == pytest.approx(4 / 2)
+
+
+def test_an_unknown_reason_weight_is_refused() -> None:
+    with pytest.raises(ConfigError, match="reason_weight"):
+        ValueEviction(reason_weight="odds")

@@ -69,6 +69,7 @@ LATER_KNOBS = {
     "tune_clock",
     "bootstrap_causal",
     "decode_room",
+    "reason_weight",
 }
 
 

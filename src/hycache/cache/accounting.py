@@ -173,6 +173,7 @@ class Accounting:
             self.counters.evictions[component.name] += 1
             self.counters.evicted_bytes += component.bytes_on(node)
             self.tree.release(node, component)
+            self.notes.state_gone(node)
         else:
             if node.children or node.lock_ref:
                 raise IntegrityError(f"eviction policy chose KV of {node}, not a free leaf")

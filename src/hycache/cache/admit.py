@@ -135,6 +135,7 @@ class Admitter:
             self.counters.cow_copies += source is not None
             if source is not None:
                 self.counters.reason_hits[self.notes.reason(locked)] += 1
+                self.notes.count_state_hit(locked)
                 locked.hits += 1
         path = [] if locked is None else locked.path_from_root()
         self.eviction.on_hit(path, locked)

@@ -87,6 +87,18 @@ class CacheView:
         c = self._counters
         return (c.reason_hits[reason] + 1) / (c.reason_inserted[reason] + 2)
 
+    def state_hit_chance(self, node: Node) -> float:
+        notes = self._notes
+        reason = notes.reason(node)
+        hits = notes.state_hits(node)
+        ladder = notes.ladder(reason)
+        first = 0 if ladder is None else ladder.at(1)
+        chance = (first + 1) / (self._counters.reason_inserted[reason] + 2)
+        if hits == 0 or ladder is None:
+            return chance
+        settled = ladder.at(hits) - ladder.live_at(hits)
+        return (ladder.at(hits + 1) + chance) / (settled + 1)
+
     def mean_state_reuse_rate(self) -> float:
         c = self._counters
         return (sum(c.reason_hits.values()) + 1) / (sum(c.reason_inserted.values()) + 2)

@@ -26,6 +26,7 @@ from hycache.policy.eviction.lru import LRUEviction
 from hycache.policy.eviction.value import (
     CHEAP_GUESS_SHARE,
     DEAD_WEIGHT,
+    REASON_WEIGHTS,
     TYPICAL_WINDOW,
     ValueEviction,
 )
@@ -102,6 +103,15 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         bool,
         "value eviction: weight a state by how often states of its checkpoint reason were reused",
         "-",
+    ),
+    "reason_weight": Knob(
+        "rate",
+        str,
+        "value eviction (with by_reason): rate (a state's reason's hits per state stored) or "
+        "chance (the chance a state is resumed from once more, given the hits it has had, "
+        "learned per checkpoint reason)",
+        "-",
+        REASON_WEIGHTS,
     ),
     "superseded_weight": Knob(
         0.05,
@@ -355,6 +365,7 @@ def _hycache_eviction(k: dict[str, KnobValue]) -> EvictionPolicy:
             learn_superseded=bool(k["learn_superseded"]),
             dead_weight=number("hycache", "dead_weight", k["dead_weight"]),
             by_reason=bool(k["by_reason"]),
+            reason_weight=str(k["reason_weight"]),
             exponent=number("hycache", "exponent", k["exponent"]),
             aging_horizon=optional_int("hycache", "aging_horizon", k["aging_horizon"]) or 0,
             learn_aging=bool(k["learn_aging"]),

@@ -1,10 +1,12 @@
 """What the cache knows besides the tree and the pool: requests in flight, the logical clock,
-and notes on nodes (the session owning a node, why a state was checkpointed)."""
+and notes on nodes (the session owning a node, why a state was checkpointed, how often it was
+resumed from)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hycache.cache.ladder import HitLadder
 from hycache.cache.lease import Lease
 from hycache.errors import CacheUsageError
 from hycache.tree.node import Node
@@ -51,12 +53,16 @@ class InFlight:
 
 class NodeNotes:
     """Per-node notes kept beside the tree: the session that owns a node (set by ``claim``,
-    live until ``end_session``) and the reason a state was checkpointed for."""
+    live until ``end_session``), the reason a state was checkpointed for and the hits it had
+    since it was stored, and per reason the ladder of those hits (``HitLadder``; kept, like
+    the cache's counters, when the cache is cleared)."""
 
     def __init__(self) -> None:
         self.live_sessions: set[str] = set()
         self._session: dict[Node, str] = {}
         self._reason: dict[Node, str] = {}
+        self._state_hits: dict[Node, int] = {}
+        self._ladders: dict[str, HitLadder] = {}
 
     def start_session(self, session: str) -> None:
         self.live_sessions.add(session)
@@ -76,7 +82,36 @@ class NodeNotes:
             self._session[on_path] = session
 
     def note_reason(self, node: Node, reason: str) -> None:
+        """A state was stored at ``node`` for ``reason``; it has had no hit yet."""
+        self.state_gone(node)  # one stored before it, if the cache was not told it went
         self._reason[node] = reason
+        self._state_hits[node] = 0
+
+    def count_state_hit(self, node: Node) -> None:
+        """A request resumed from the state at ``node``: one rung up its reason's ladder."""
+        hits = self._state_hits.get(node, 0) + 1
+        self._state_hits[node] = hits
+        reason = self.reason(node)
+        ladder = self._ladders.get(reason)
+        if ladder is None:
+            ladder = self._ladders[reason] = HitLadder()
+        ladder.climb(hits)
+
+    def state_gone(self, node: Node) -> None:
+        """The state at ``node`` left the cache (its reason note stays for the stats)."""
+        hits = self._state_hits.pop(node, 0)
+        if hits:
+            ladder = self._ladders.get(self.reason(node))
+            if ladder is not None:
+                ladder.leave(hits)
+
+    def state_hits(self, node: Node) -> int:
+        """Hits on the state at ``node`` since it was stored."""
+        return self._state_hits.get(node, 0)
+
+    def ladder(self, reason: str) -> HitLadder | None:
+        """The hit ladder of ``reason`` (None: no state of it was resumed from yet)."""
+        return self._ladders.get(reason)
 
     def reason(self, node: Node) -> str:
         return self._reason.get(node, "unknown")
@@ -85,8 +120,10 @@ class NodeNotes:
         self._session.pop(node, None)
 
     def drop_reason(self, node: Node) -> None:
+        self.state_gone(node)
         self._reason.pop(node, None)
 
     def clear(self) -> None:
         self._session.clear()
         self._reason.clear()
+        self._state_hits.clear()

@@ -112,4 +112,5 @@ class StateStore:
                 self.counters.states_capped += 1
                 capped.add(node.end)
                 self.tree.release(node, self.recurrent)
+                self.notes.state_gone(node)
         return capped

@@ -60,6 +60,13 @@ class EvictionContext(Protocol):
     def state_reuse_rate(self, node: Node) -> float:
         """``(hits + 1) / (stored + 2)`` of the checkpoint reason of the state at ``node``."""
 
+    def state_hit_chance(self, node: Node) -> float:
+        """The chance that the state at ``node``, resumed from ``k`` times since it was stored,
+        is resumed from once more, learned from the states of its checkpoint reason
+        (``hycache.cache.ladder``): for ``k`` = 0, ``(states resumed from + 1) / (stored + 2)``;
+        else ``(states that had a (k+1)-th hit + c0) / (states that had a k-th, less those
+        still stored with k, + 1)``, ``c0`` being the chance for ``k`` = 0."""
+
     def mean_state_reuse_rate(self) -> float:
         """``(hits + 1) / (stored + 2)`` over the states of every checkpoint reason."""
 

@@ -33,7 +33,7 @@ from collections.abc import KeysView
 
 from hycache.components.base import Component
 from hycache.components.recurrent import RecurrentComponent
-from hycache.errors import IntegrityError
+from hycache.errors import ConfigError, IntegrityError
 from hycache.policy.checkpoint.thresholds import DEFAULT_THRESHOLDS
 from hycache.policy.eviction.aging import AgingClocks
 from hycache.policy.eviction.base import EvictionContext
@@ -49,6 +49,10 @@ WALK_LIMIT = 64
 #: the newest value by 1 / ``TYPICAL_WINDOW``
 CHEAP_GUESS_SHARE = 1 / 64
 TYPICAL_WINDOW = 64
+#: how ``by_reason`` weighs a state: its reason's hits per state stored (``state_reuse_rate``),
+#: or the chance that it is resumed from once more given the hits it has had
+#: (``EvictionContext.state_hit_chance``)
+REASON_WEIGHTS = ("rate", "chance")
 #: the weight of KV on a leaf that holds no state (no request can resume inside it); chosen on
 #: the tune split by the sweep (docs/benchmarks.md, "Thresholds on the tune split")
 DEAD_WEIGHT = 0.05
@@ -64,6 +68,7 @@ class ValueEviction(HeapEviction):
         superseded_weight: float = 0.05,
         dead_weight: float = DEAD_WEIGHT,
         by_reason: bool = True,
+        reason_weight: str = "rate",
         exponent: float = 0.5,
         aging_horizon: int = 1600,
         learn_aging: bool = True,
@@ -80,6 +85,11 @@ class ValueEviction(HeapEviction):
         self.superseded_weight = superseded_weight
         self.dead_weight = dead_weight
         self.by_reason = by_reason
+        if reason_weight not in REASON_WEIGHTS:
+            raise ConfigError(
+                f"reason_weight must be one of {REASON_WEIGHTS}, got {reason_weight!r}"
+            )
+        self.reason_weight = reason_weight
         self.exponent = exponent
         self.aging_horizon = aging_horizon
         self.learn_aging = learn_aging
@@ -154,7 +164,10 @@ class ValueEviction(HeapEviction):
         else:
             weight = 1.0
         if self.by_reason:
-            weight *= view.state_reuse_rate(node)
+            if self.reason_weight == "chance":
+                weight *= view.state_hit_chance(node)
+            else:
+                weight *= view.state_reuse_rate(node)
         density: float = (saved / size) ** self.exponent
         return weight * density
 
