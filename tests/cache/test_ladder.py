@@ -84,3 +84,18 @@ def test_a_new_state_at_a_node_starts_from_no_hit() -> None:
     assert branch is not None
     assert (branch.at(3), branch.live_at(3), branch.at(1)) == (1, 0, 1)
     assert notes.ladder("tail") is None
+
+
+def test_clearing_the_notes_takes_every_stored_state_off_its_rung() -> None:
+    notes = NodeNotes()
+    first, second = _node(), _node()
+    for node, hits in ((first, 2), (second, 1)):
+        notes.note_reason(node, "branch")
+        for _ in range(hits):
+            notes.count_state_hit(node)
+    ladder = notes.ladder("branch")
+    assert ladder is not None
+    assert (ladder.live_at(1), ladder.live_at(2)) == (1, 1)
+    notes.clear()
+    assert (ladder.live_at(1), ladder.live_at(2), ladder.at(1), ladder.at(2)) == (0, 0, 2, 1)
+    assert notes.state_hits(first) == notes.state_hits(second) == 0

@@ -124,6 +124,7 @@ class NodeNotes:
         self._reason.pop(node, None)
 
     def clear(self) -> None:
+        for node in list(self._state_hits):
+            self.state_gone(node)  # every stored state leaves its rung
         self._session.clear()
         self._reason.clear()
-        self._state_hits.clear()
