@@ -67,6 +67,8 @@ FULL = Variant("full", ())
 VARIANTS = (
     Variant("tune", ("hycache.tune=false",)),
     Variant("tune_clock", ("hycache.tune_clock=false",)),
+    # the default's own exponent, set: the bootstrap leaves the value-led candidate out
+    Variant("value_led", ("hycache.exponent=0.5",)),
     Variant("adaptive", ("hycache.adaptive=false",)),
     Variant("free_room", ("hycache.free_room=false",)),
     Variant("keep_best", ("hycache.keep_best=false",)),

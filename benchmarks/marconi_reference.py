@@ -55,7 +55,11 @@ ARTIFACT = (
 )
 
 
-def _config(model: str, alpha: float | None = None, knobs: Knobs | None = None) -> SimulationConfig:
+def serial_config(
+    model: str, alpha: float | None = None, knobs: Knobs | None = None
+) -> SimulationConfig:
+    """The serial replay these comparisons run (H200 cost model, oversized prompts rejected,
+    no session end), ``knobs`` per preset and Marconi's ``alpha`` fixed where given."""
     merged = {preset: dict(values) for preset, values in (knobs or {}).items()}
     if alpha is not None:
         merged.setdefault("marconi", {})["alpha"] = alpha
@@ -87,9 +91,11 @@ def measure(
 ) -> dict[str, dict[str, Any]]:
     """Every column of ours for one trace and capacity (presets' knobs set by ``knobs``)."""
     source = load_trace(trace, cache_dir=default_cache_dir())
-    config = _config(model, knobs=knobs)
+    config = serial_config(model, knobs=knobs)
     out = {preset: _cell(config, preset, capacity, source) for preset in PRESETS}
-    runs = {a: _cell(_config(model, a, knobs), "marconi", capacity, source) for a in ALPHA_GRID}
+    runs = {
+        a: _cell(serial_config(model, a, knobs), "marconi", capacity, source) for a in ALPHA_GRID
+    }
     best = max(ALPHA_GRID, key=lambda a: (runs[a]["token_hit_rate"], -a))
     out["marconi-oracle"] = {
         **runs[best],

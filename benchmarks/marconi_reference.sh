@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ShareGPT traces, the Marconi artifact and our presets on them, side by side, then the
-# one-change-at-a-time comparison of our marconi preset with the artifact (marconi_stamps.py).
+# one-change-at-a-time comparison of our marconi preset with the artifact (marconi_stamps.py),
+# then ours (no artifact) over ten more samples of the same pool (sharegpt_samples.py): one
+# sample is not enough to say whether a policy holds on real chat.
 #
 #   benchmarks/marconi_reference.sh ARTIFACT_DIR [HYCACHE_PYTHON]
 #
@@ -33,3 +35,6 @@ done
 # where our marconi preset and the artifact's V2 part (docs/benchmarks.md)
 "$py" benchmarks/marconi_stamps.py "${traces[@]}" --capacities 1GB,2GB,3GB,5GB \
     --artifact-json .traces/results/artifact.json
+# the same bars over fresh samples (seeds 1-10 of the pool after the first 5,000 conversations)
+"$py" benchmarks/sharegpt_samples.py --seeds 1-10 --trace-dir .traces/samples \
+    --json .traces/results/samples.json

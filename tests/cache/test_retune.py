@@ -8,7 +8,8 @@ from hycache.cache.presets import build_cache
 from hycache.cache.retune import switch_candidate
 from hycache.errors import ConfigError
 from hycache.policy.checkpoint.hycache import HycachePlanner
-from hycache.policy.tuning import CANDIDATES
+from hycache.policy.eviction.value import ValueEviction
+from hycache.policy.tuning import CANDIDATES, VALUE_LED_EXPONENT
 from hycache.sim.cost import CostModel
 from hycache.sim.hardware import hardware
 from hycache.sim.serial import SerialReplay
@@ -53,7 +54,9 @@ def test_a_switch_later_changes_what_follows_only() -> None:
 @pytest.mark.parametrize(
     "knobs",
     [
-        {"exponent": 1.0},
+        {"exponent": 0.0},
+        {"exponent": True},
+        {"reason_weight": "often"},
         {"eviction": "lru"},
         {"aging_horizon": 400},
         {"adaptive": "no"},
@@ -68,6 +71,29 @@ def test_what_cannot_be_switched_is_refused_before_anything_changes(
     with pytest.raises(ConfigError):
         switch_candidate(cache, {"adaptive": False, **knobs})
     assert planner.adaptive is True
+    eviction = cache.eviction
+    assert isinstance(eviction, ValueEviction)
+    assert (eviction.exponent, eviction.reason_weight) == (0.5, "rate")
+
+
+def test_a_reweighed_cache_keys_every_entry_as_one_built_so() -> None:
+    """Switched at the end of a stream, every entry's key is the one a cache built with the
+    new weighting would give it for the same last access."""
+    value_led = next(c for c in CANDIDATES if "exponent" in c)
+    cache = build_cache(SPEC, CAPACITY, "hycache", adaptive=True)
+    served = SerialReplay(cache, COST, reject_oversized=True)
+    served.feed(list(generate("chat", requests=60, seed=3)))
+    eviction = cache.eviction
+    assert isinstance(eviction, ValueEviction)
+    before = dict(eviction.live_keys())
+    switch_candidate(cache, dict(value_led))
+    cache.check_integrity()
+    after = dict(eviction.live_keys())
+    assert after.keys() == before.keys() and after != before
+    assert (eviction.exponent, eviction.reason_weight) == (VALUE_LED_EXPONENT, "chance")
+    components = {c.slot: c for c in cache.tree.components}
+    for (node, slot), key in after.items():
+        assert key == eviction.key(node, components[slot])
 
 
 def test_only_a_hycache_cache_with_the_value_eviction_switches() -> None:

@@ -11,7 +11,14 @@ import pytest
 from hycache.cache.knobs import KnobValue
 from hycache.cache.presets import build_cache
 from hycache.policy.bootstrap import Outcome, in_order
-from hycache.policy.tuning import CANDIDATES, MARGIN, candidates_for, has_evidence, pick_knobs
+from hycache.policy.tuning import (
+    CANDIDATES,
+    MARGIN,
+    VALUE_LED_EXPONENT,
+    candidates_for,
+    has_evidence,
+    pick_knobs,
+)
 from hycache.sim import bootstrap as sim_bootstrap
 from hycache.sim import simulate
 from hycache.sim.bootstrap import Window
@@ -48,15 +55,25 @@ def test_by_default_the_best_score_wins_and_ties_go_to_the_first() -> None:
     assert pick_knobs([90.0, 100.0, 100.0]) == 1
 
 
-def test_the_clock_candidate_is_left_out_where_the_user_decided() -> None:
+def test_the_clock_candidates_are_left_out_where_the_user_decided() -> None:
     assert candidates_for(()) == CANDIDATES
     clock = [c for c in CANDIDATES if "aging_horizon" in c]
-    assert len(clock) == 1 and clock[0]["aging_horizon"] == 0
+    assert len(clock) == 2 and all(c["aging_horizon"] == 0 for c in clock)
     without = tuple(c for c in CANDIDATES if "aging_horizon" not in c)
     assert candidates_for(("aging_horizon",)) == without
     assert candidates_for(("exponent", "aging_horizon")) == without
-    assert candidates_for(("exponent",)) == CANDIDATES
     assert candidates_for((), tune_clock=False) == without
+
+
+def test_the_value_led_candidate_is_left_out_where_the_user_set_its_weighting() -> None:
+    value_led = [c for c in CANDIDATES if "exponent" in c]
+    assert len(value_led) == 1
+    assert value_led[0]["exponent"] == VALUE_LED_EXPONENT
+    assert value_led[0]["reason_weight"] == "chance"
+    rest = tuple(c for c in CANDIDATES if c not in value_led)
+    assert candidates_for(("exponent",)) == rest
+    assert candidates_for(("reason_weight",)) == rest
+    assert candidates_for(("dead_weight",)) == CANDIDATES
 
 
 def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,12 +200,26 @@ def _shared_prefix_at_20_percent() -> tuple[SimulationConfig, Callable[[], list[
 
 
 def test_the_flat_clock_is_chosen_where_its_window_reuses_most() -> None:
+    """With the value-led candidate left out (the user set a reason weight), the flat clock
+    alone wins this window."""
     config, source, capacity = _shared_prefix_at_20_percent()
-    tuned = run_policy(config, "hycache", capacity, source)
+    rate = dataclasses.replace(config, knobs={"hycache": {"reason_weight": "rate"}})
+    tuned = run_policy(rate, "hycache", capacity, source)
     assert tuned.knobs["aging_horizon"] == 0 and tuned.knobs["adaptive"] is True
+    assert tuned.knobs["exponent"] == 0.5
     fixed = dataclasses.replace(
         config, knobs={"hycache": {"eviction": "value", "adaptive": True, "aging_horizon": 0}}
     )
+    assert run_policy(fixed, "hycache", capacity, source).token_hit_rate == tuned.token_hit_rate
+
+
+def test_the_value_led_candidate_is_chosen_where_its_window_reuses_most() -> None:
+    config, source, capacity = _shared_prefix_at_20_percent()
+    tuned = run_policy(config, "hycache", capacity, source)
+    (value_led,) = (c for c in CANDIDATES if "exponent" in c)
+    assert tuned.tuned["exponent"] == VALUE_LED_EXPONENT
+    assert {k: tuned.knobs[k] for k in value_led} == dict(value_led)
+    fixed = dataclasses.replace(config, knobs={"hycache": dict(value_led)})
     assert run_policy(fixed, "hycache", capacity, source).token_hit_rate == tuned.token_hit_rate
 
 
@@ -216,28 +247,25 @@ def test_the_choice_is_recorded_with_its_window() -> None:
     result = run_policy(config, "hycache", capacity, source)
     window = result.tuned["window_requests"]
     assert isinstance(window, int) and 0 < window <= 200
-    assert {k: v for k, v in result.tuned.items() if k != "window_requests"} == {
-        "eviction": "value",
-        "adaptive": True,
-        "aging_horizon": 0,
-    }
+    (value_led,) = (c for c in CANDIDATES if "exponent" in c)
+    assert {k: v for k, v in result.tuned.items() if k != "window_requests"} == value_led
     assert result.as_json()["tuned"] == result.tuned
     marconi = run_policy(config, "marconi", capacity, source)
     assert marconi.tuned["alpha"] == marconi.knobs["alpha"]
     assert window < 200 and marconi.tuned["window_requests"] < 200
     notes = tuned_notes({"hycache": result, "marconi": marconi})
+    chosen = (
+        "hycache: chose eviction=value, adaptive=true, aging_horizon=0, exponent=2.0, "
+        "reason_weight=chance (GreedyDual's flat clock) on a bootstrap window of"
+    )
     assert notes == [
-        "hycache: chose eviction=value, adaptive=true, aging_horizon=0 (GreedyDual's flat "
-        f"clock) on a bootstrap window of {window} of 200 requests",
+        f"{chosen} {window} of 200 requests",
         f"marconi: chose alpha={marconi.knobs['alpha']} on a bootstrap window of "
         f"{marconi.tuned['window_requests']} of 200 requests",
     ]
     # a window that held every request: the note says the choice saw the whole trace
     whole = dataclasses.replace(result, tuned={**result.tuned, "window_requests": 200})
-    assert tuned_notes({"hycache": whole}) == [
-        "hycache: chose eviction=value, adaptive=true, aging_horizon=0 (GreedyDual's flat "
-        "clock) on a bootstrap window of all 200 requests: a choice in hindsight"
-    ]
+    assert tuned_notes({"hycache": whole}) == [f"{chosen} all 200 requests: a choice in hindsight"]
 
 
 def test_nothing_is_recorded_where_the_user_chose() -> None:

@@ -1,8 +1,9 @@
 """Switching a running ``hycache`` cache to another bootstrap candidate in place: what a cache
 that ran the default while its bootstrap judged does once the choice is made (the ``hycache``
 preset's knob ``bootstrap_causal``). Only the knobs the candidates set may change
-(``hycache.policy.tuning.CANDIDATES``): skipping rarely reused checkpoint kinds, and ageing by
-GreedyDual's flat clock alone."""
+(``hycache.policy.tuning.CANDIDATES``): skipping rarely reused checkpoint kinds, ageing by
+GreedyDual's flat clock alone, and how the value eviction weighs a value (its exponent and
+reason weight)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from collections.abc import Mapping
 from hycache.cache.facade import HybridPrefixCache
 from hycache.errors import ConfigError
 from hycache.policy.checkpoint.hycache import HycachePlanner
-from hycache.policy.eviction.value import ValueEviction
+from hycache.policy.eviction.value import ValueEviction, check_weighting
 
 #: the knobs ``switch_candidate`` can set in place
-SWITCHABLE = frozenset({"eviction", "adaptive", "aging_horizon"})
+SWITCHABLE = frozenset({"eviction", "adaptive", "aging_horizon", "exponent", "reason_weight"})
 
 
 def switch_candidate(cache: HybridPrefixCache, knobs: Mapping[str, object]) -> None:
@@ -35,7 +36,12 @@ def switch_candidate(cache: HybridPrefixCache, knobs: Mapping[str, object]) -> N
     adaptive = knobs.get("adaptive")
     if adaptive is not None and not isinstance(adaptive, bool):
         raise ConfigError(f"adaptive must be True or False, got {adaptive!r}")
+    exponent, reason_weight = check_weighting(
+        knobs.get("exponent", eviction.exponent), knobs.get("reason_weight", eviction.reason_weight)
+    )
     if adaptive is not None:
         planner.adaptive = adaptive
     if horizon == 0:
         eviction.fix_flat_clock()
+    if (exponent, reason_weight) != (eviction.exponent, eviction.reason_weight):
+        eviction.reweigh(exponent=exponent, reason_weight=reason_weight)

@@ -104,12 +104,7 @@ class HeapEviction(EvictionPolicy):
         pruned or removed with their data, states dropped by a cap): without this the heaps
         and the per-entry dicts grow with every request ever served and keep dead nodes,
         with their token keys, alive. Amortised O(1) per push."""
-        components = self._components
-        live = {
-            ident: key
-            for ident, key in self._current.items()
-            if ident[0].parent is not None and components[ident[1]].has(ident[0])
-        }
+        live = self.live_keys()
         heaps: dict[str, list[Entry]] = {}
         for resource, heap in self._heaps.items():
             # keep, per live entry, the heap entry a pop would return first (current key,
@@ -131,6 +126,15 @@ class HeapEviction(EvictionPolicy):
         self._bind_heaps()
         self._kept = self._entries = len(live)
         self.forget(live.keys())
+
+    def live_keys(self) -> dict[tuple[Node, int], Key]:
+        """Every stored entry's current key, by (node, slot) (a copy; for checks)."""
+        components = self._components
+        return {
+            ident: key
+            for ident, key in self._current.items()
+            if ident[0].parent is not None and components[ident[1]].has(ident[0])
+        }
 
     def forget(self, live: KeysView[tuple[Node, int]]) -> None:
         """Drop per-entry records (recency, frequency) of entries not in ``live``."""

@@ -29,6 +29,7 @@ time.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import KeysView
 
 from hycache.components.base import Component
@@ -58,6 +59,18 @@ REASON_WEIGHTS = ("rate", "chance")
 DEAD_WEIGHT = 0.05
 
 
+def check_weighting(exponent: object, reason_weight: object) -> tuple[float, str]:
+    """``(exponent, reason_weight)`` as a value eviction takes them; ConfigError unless the
+    exponent is a positive finite number and the weight one of ``REASON_WEIGHTS``."""
+    if not isinstance(reason_weight, str) or reason_weight not in REASON_WEIGHTS:
+        raise ConfigError(f"reason_weight must be one of {REASON_WEIGHTS}, got {reason_weight!r}")
+    if isinstance(exponent, bool) or not (
+        isinstance(exponent, int | float) and 0 < exponent < math.inf
+    ):
+        raise ConfigError(f"exponent must be a positive number, got {exponent!r}")
+    return float(exponent), reason_weight
+
+
 class ValueEviction(HeapEviction):
     """See the module docstring. Mutates only its own heaps and records."""
 
@@ -85,10 +98,7 @@ class ValueEviction(HeapEviction):
         self.superseded_weight = superseded_weight
         self.dead_weight = dead_weight
         self.by_reason = by_reason
-        if reason_weight not in REASON_WEIGHTS:
-            raise ConfigError(
-                f"reason_weight must be one of {REASON_WEIGHTS}, got {reason_weight!r}"
-            )
+        check_weighting(exponent, reason_weight)
         self.reason_weight = reason_weight
         self.exponent = exponent
         self.aging_horizon = aging_horizon
@@ -283,6 +293,14 @@ class ValueEviction(HeapEviction):
 
     def forget(self, live: KeysView[tuple[Node, int]]) -> None:
         self._aging.forget(live)
+
+    def reweigh(self, *, exponent: float, reason_weight: str) -> None:
+        """From now on weigh values with ``exponent`` and ``reason_weight`` (what they give a new
+        policy); every entry is re-keyed, same last-access clock, new value. ConfigError, before
+        anything changes, where ``check_weighting`` refuses them."""
+        self.exponent, self.reason_weight = check_weighting(exponent, reason_weight)
+        self._dirty.extend(node for node, _slot in self._current)
+        self._settle()
 
     def fix_flat_clock(self) -> None:
         """From now on age by GreedyDual's flat clock alone and stop learning the clock (what
