@@ -123,12 +123,17 @@ class Measured:
     hits: Mapping[str, float]
 
 
+def _bars(hits: Sequence[Mapping[str, float]], column: str) -> tuple[int, int]:
+    """In how many of ``hits`` ``column`` is at least every other preset, and the oracle."""
+    at_all = sum(h[column] >= max(h[p] for p in OTHERS) for h in hits)
+    return at_all, sum(h[column] >= h["marconi-oracle"] for h in hits)
+
+
 def summary(rows: Sequence[Measured], hycache_columns: Sequence[str]) -> str:
     """Per (rate, capacity) the mean of every column and the counts of the bars; the totals."""
     columns = [*OTHERS, "marconi-oracle", *hycache_columns]
     configs = sorted({(r.sample.rate, r.capacity) for r in rows})
     lines = [f"{'rate':>5} {'GB':>4} {'n':>3} " + " ".join(f"{c:>14}" for c in columns)]
-    totals = {c: [0, 0, 0] for c in hycache_columns}  # >=all, >=orc, cells
     for rate, capacity in configs:
         hits = [r.hits for r in rows if (r.sample.rate, r.capacity) == (rate, capacity)]
         means = [100 * sum(h[c] for h in hits) / len(hits) for c in columns]
@@ -136,22 +141,17 @@ def summary(rows: Sequence[Measured], hycache_columns: Sequence[str]) -> str:
             f"{rate:>5g} {capacity / 1e9:>4g} {len(hits):>3} "
             + " ".join(f"{m:>14.2f}" for m in means)
         )
-        bars = []
-        for column in hycache_columns:
-            at_all = sum(h[column] >= max(h[p] for p in OTHERS) for h in hits)
-            at_orc = sum(h[column] >= h["marconi-oracle"] for h in hits)
-            total = totals[column]
-            total[0], total[1], total[2] = (
-                total[0] + at_all,
-                total[1] + at_orc,
-                total[2] + len(hits),
-            )
-            bars.append(f"{column} >=all {at_all}/{len(hits)} >=orc {at_orc}/{len(hits)}")
-        lines.append("             " + "; ".join(bars))
-    for column, (at_all, at_orc, cells) in totals.items():
+        bars = [(column, *_bars(hits, column)) for column in hycache_columns]
         lines.append(
-            f"{column}: >= every preset in {at_all} of {cells}, "
-            f">= the oracle in {at_orc} of {cells}"
+            "             "
+            + "; ".join(f"{c} >=all {a}/{len(hits)} >=orc {o}/{len(hits)}" for c, a, o in bars)
+        )
+    every = [r.hits for r in rows]
+    for column in hycache_columns:
+        at_all, at_orc = _bars(every, column)
+        lines.append(
+            f"{column}: >= every preset in {at_all} of {len(every)}, "
+            f">= the oracle in {at_orc} of {len(every)}"
         )
     return "\n".join(lines)
 

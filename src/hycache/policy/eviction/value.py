@@ -98,9 +98,7 @@ class ValueEviction(HeapEviction):
         self.superseded_weight = superseded_weight
         self.dead_weight = dead_weight
         self.by_reason = by_reason
-        check_weighting(exponent, reason_weight)
-        self.reason_weight = reason_weight
-        self.exponent = exponent
+        self.exponent, self.reason_weight = check_weighting(exponent, reason_weight)
         self.aging_horizon = aging_horizon
         self.learn_aging = learn_aging
         self.learn_superseded = learn_superseded
