@@ -6,7 +6,9 @@ that reused some. A window rule's pick on a cell is then computed from those cur
 ``hycache.sim.bootstrap.choose_knobs`` makes it (the same ``bootstrap_window``, doubled until
 ``has_evidence``; the same ``pick_knobs``), and the pick's whole-trace hit rate is the
 candidate's own. Rules: ``bootstrap_evidence`` at each ``--evidence`` value (0: the rule before
-evidence counted), the best candidate in hindsight, and two references: the first candidate
+evidence counted; each without ``bootstrap_settle``, the simulator's default), the default
+evidence with it (doubled until the window's first half picks the same candidate), the best
+candidate in hindsight, and two references: the first candidate
 (the default) alone, and the pick at the default evidence switched in where its window ends
 (the default's reuse in the window, the pick's own after it: roughly what a cache that ran the
 default while it judged would get; the simulator instead carries the pick's window replay on,
@@ -107,18 +109,25 @@ def replay_candidates(args: CellArgs) -> Curves:
     return Curves(label, pct, capacity, tuple(reused), tuple(hits), tuple(rates), prompt_tokens)
 
 
-def pick(curves: Curves, model: str, requests: int, evidence: float) -> tuple[int, int]:
+def pick(
+    curves: Curves, model: str, requests: int, evidence: float, *, settle: bool = False
+) -> tuple[int, int]:
     """The candidate ``choose_knobs`` picks with ``bootstrap_evidence`` = ``evidence``, and
-    its window's size."""
+    its window's size; ``settle``: also doubled until the pick on the window's first half is
+    the same (``bootstrap_settle``)."""
     config = _config(model, "serial")
     source = Source(curves.label, requests)
     multiplier = MULTIPLIER
     while True:
         window = bootstrap_window(source, config.spec, curves.capacity, multiplier)
-        last = window.count - 1
+        last, half = window.count - 1, window.half - 1
+        index = pick_knobs([float(r[last]) for r in curves.reused])
+        if window.whole:
+            return index, window.count
         hits = [h[last] for h in curves.hits]
-        if window.whole or (window.fill is not None and has_evidence(hits, window.fill, evidence)):
-            return pick_knobs([float(r[last]) for r in curves.reused]), window.count
+        enough = window.fill is not None and has_evidence(hits, window.fill, evidence)
+        if enough and (not settle or index == pick_knobs([float(r[half]) for r in curves.reused])):
+            return index, window.count
         multiplier *= 2
 
 
@@ -192,8 +201,13 @@ def main() -> None:
         index, size = pick(c, model, requests, EVIDENCE_FILLS)
         return index, size, c.switched(index, size)
 
+    def settled(c: Curves) -> tuple[int, int, float]:
+        index, size = pick(c, model, requests, EVIDENCE_FILLS, settle=True)
+        return index, size, c.hit_rate[index]
+
     rules: list[tuple[str, Rule]] = [
         *((f"evidence {v:g} fills", by_evidence(v)) for v in values),
+        (f"evidence {EVIDENCE_FILLS:g}, settled", settled),
         ("best in hindsight", hindsight),
         ("the default alone", lambda c: (0, 0, c.hit_rate[0])),
         (f"evidence {EVIDENCE_FILLS:g}, switched in", switched_in),

@@ -13,19 +13,31 @@ from tests.benchmarks.scripts import load_script
 MODEL = "qwen3-next-80b-a3b"
 
 
-@pytest.mark.parametrize("evidence", [0.0, 1.0])
-def test_the_offline_pick_is_the_bootstraps(evidence: float) -> None:
+@pytest.mark.parametrize(
+    ("label", "pct", "evidence", "settle"),
+    [
+        ("shared-prefix:s1", 5, 0.0, False),
+        ("shared-prefix:s1", 5, 1.0, False),
+        ("shared-prefix:s8", 10, 1.0, False),
+        ("shared-prefix:s8", 10, 1.0, True),  # its first window's halves disagree
+    ],
+)
+def test_the_offline_pick_is_the_bootstraps(
+    label: str, pct: int, evidence: float, settle: bool
+) -> None:
     matrix = load_script("policy_matrix")
     windows = load_script("bootstrap_windows")
-    label = "shared-prefix:s1"
     config = matrix._config(MODEL, "serial")
-    capacity = footprint_bytes(config, matrix.Source(label, 200)) * 5 // 100
-    curves = windows.replay_candidates((MODEL, label, 200, 5.0, capacity, CANDIDATES))
-    index, size = windows.pick(curves, MODEL, 200, evidence)
-    config = dataclasses.replace(config, knobs={"hycache": {"bootstrap_evidence": evidence}})
+    capacity = footprint_bytes(config, matrix.Source(label, 200)) * pct // 100
+    curves = windows.replay_candidates((MODEL, label, 200, float(pct), capacity, CANDIDATES))
+    index, size = windows.pick(curves, MODEL, 200, evidence, settle=settle)
+    knobs = {"bootstrap_evidence": evidence, "bootstrap_settle": settle}
+    config = dataclasses.replace(config, knobs={"hycache": knobs})
     result = run_policy(config, "hycache", capacity, matrix.Source(label, 200))
     assert result.tuned["window_requests"] == size
     assert result.token_hit_rate == curves.hit_rate[index]
+    if settle:
+        assert (index, size) != windows.pick(curves, MODEL, 200, evidence)
 
 
 def test_other_candidates_and_the_switched_in_reference() -> None:

@@ -90,7 +90,7 @@ def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch)
     )
     source = lambda: generate("chat", requests=10, seed=1)  # noqa: E731
     run_policy(config, "hycache", 2 * 10**9, source)
-    assert seen == [0.25]
+    assert seen and set(seen) == {0.25}  # the window and its first half
 
 
 def test_run_policy_tunes_hycache_unless_its_knobs_are_set() -> None:
@@ -130,7 +130,7 @@ def test_a_bootstrap_window_without_evidence_is_doubled_until_the_whole_source(
     def blind(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
         """Every candidate scored as if its window replay reused ``reused`` tokens in
         ``hits`` requests."""
-        return in_order(lambda c: (replay(c), (reused, hits))[1], candidates, pick, finish)
+        return in_order(lambda c: (replay(c), (reused, hits, reused))[1], candidates, pick, finish)
 
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(spec, CostModel(spec, hardware("h200")))
@@ -154,12 +154,47 @@ def test_evidence_counts_requests_that_reused_tokens_in_cache_fills() -> None:
     assert not has_evidence([9], 5, 2.0) and has_evidence([10], 5, 2.0)
 
 
+@pytest.mark.parametrize("settle", [True, False])
+def test_a_window_whose_first_half_picks_another_candidate_is_doubled(
+    monkeypatch: pytest.MonkeyPatch, settle: bool
+) -> None:
+    """``bootstrap_settle``: the first window's pick (the second candidate) is overturned on
+    its first half (the first candidate reused more there), so the window doubles; on the
+    second window both halves agree and the second candidate wins. Without it the first
+    window decides. The doubled window replays every candidate again."""
+    recorded = _record_windows(monkeypatch)
+    entrants: list[int] = []
+
+    def overturned(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
+        entrants.append(len(candidates))
+
+        def score(candidate):  # type: ignore[no-untyped-def]
+            replay(candidate)
+            second = candidate is candidates[1]
+            half = (50.0 if len(recorded) == 1 else 150.0) if second else 100.0
+            return (200.0 if second else 100.0), 10**6, half
+
+        return in_order(score, candidates, pick, finish)
+
+    spec = load_spec("qwen3-next-80b-a3b")
+    config = SimulationConfig(
+        spec, CostModel(spec, hardware("h200")), knobs={"hycache": {"bootstrap_settle": settle}}
+    )
+    source = lambda: generate("chat", requests=200, seed=1)  # noqa: E731
+    result = run_policy(config, "hycache", 5 * 10**8, source, contest=overturned)
+    sizes = [w.count for w in recorded]
+    assert sizes == ([sizes[0], 2 * sizes[0]] if settle else [sizes[0]])
+    assert entrants == [len(CANDIDATES)] * len(sizes)
+    assert sizes[-1] < 200 and result.tuned["window_requests"] == sizes[-1]
+    assert result.knobs["adaptive"] is False  # the second candidate
+
+
 def test_evidence_zero_judges_a_window_on_one_request_hit(monkeypatch: pytest.MonkeyPatch) -> None:
     """``bootstrap_evidence`` 0: the rule before evidence counted, any reused token."""
     recorded = _record_windows(monkeypatch)
 
     def one_hit(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
-        return in_order(lambda c: (replay(c), (5000.0, 1))[1], candidates, pick, finish)
+        return in_order(lambda c: (replay(c), (5000.0, 1, 5000.0))[1], candidates, pick, finish)
 
     spec = load_spec("qwen3-next-80b-a3b")
     config = SimulationConfig(
@@ -173,7 +208,7 @@ def test_evidence_zero_judges_a_window_on_one_request_hit(monkeypatch: pytest.Mo
 def test_a_bootstrap_window_with_evidence_is_not_extended(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chat: nearly every request of the window reuses its conversation's earlier turns, so
     the first window holds more hits than a cache fill of requests, and it is kept."""
-    calls: list[Outcome[tuple[float, int], object]] = []
+    calls: list[Outcome[tuple[float, int, float], object]] = []
     recorded = _record_windows(monkeypatch)
 
     def counted(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
@@ -186,8 +221,8 @@ def test_a_bootstrap_window_with_evidence_is_not_extended(monkeypatch: pytest.Mo
     run_policy(config, "hycache", 5 * 10**8, source, contest=counted)
     assert len(calls) == 1 and calls[0].picked is not None
     (fill,) = (w.fill for w in recorded)
-    assert fill is not None and max(hits for _, hits in calls[0].scores) >= fill
-    assert all(reused > 0 for reused, _ in calls[0].scores)
+    assert fill is not None and max(hits for _, hits, _ in calls[0].scores) >= fill
+    assert all(reused > 0 for reused, _, _ in calls[0].scores)
 
 
 def _shared_prefix_at_20_percent() -> tuple[SimulationConfig, Callable[[], list[Request]], int]:
@@ -284,10 +319,10 @@ def test_candidates_are_scored_by_replays_in_the_runs_mode(
     monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     """Each candidate's score is the tokens its window replay reused (and the requests that
-    reused them), that replay run the way
+    reused them, and the tokens reused in the window's first half), that replay run the way
     the whole source will be: through the engine loop (requests overlap) in engine mode, up
     to the window's last request leaving the queue; request by request in serial mode."""
-    scored: list[tuple[tuple[float, int], ...]] = []
+    scored: list[tuple[tuple[float, int, float], ...]] = []
 
     def spied(replay, candidates, pick, finish):  # type: ignore[no-untyped-def]
         outcome = in_order(replay, candidates, pick, finish)
@@ -301,15 +336,20 @@ def test_candidates_are_scored_by_replays_in_the_runs_mode(
     capacity = footprint_bytes(config, lambda: requests) * 10 // 100
     result = run_policy(config, "hycache", capacity, lambda: requests, contest=spied)
     window = requests[: int(str(result.tuned["window_requests"]))]
-    expected: dict[str, list[tuple[float, int]]] = {"engine": [], "serial": []}
+    half = max(1, len(window) // 2)
+    expected: dict[str, list[tuple[float, int, float]]] = {"engine": [], "serial": []}
     for candidate in candidates_for(()):
         for way in expected:
             cache = build_cache(spec, capacity, "hycache", track_ids=False, **candidate)
             if way == "engine":  # the whole source, until the window has left the queue
-                EngineReplay(cache, requests, cost, reject_oversized=True).run_until(len(window))
+                engine = EngineReplay(cache, requests, cost, reject_oversized=True)
+                halfway = float(engine.run_until(half).cache.stats().reused_tokens)
+                engine.run_until(len(window))
             else:
-                SerialReplay(cache, cost, reject_oversized=True).feed(window)
+                serial = SerialReplay(cache, cost, reject_oversized=True).feed(window[:half])
+                halfway = float(serial.cache.stats().reused_tokens)
+                serial.feed(window[half:])
             stats = cache.stats()
-            expected[way].append((float(stats.reused_tokens), stats.requests_hit))
+            expected[way].append((float(stats.reused_tokens), stats.requests_hit, halfway))
     assert expected["engine"] != expected["serial"]  # the modes do tell them apart here
     assert scored[-1] == tuple(expected[mode])

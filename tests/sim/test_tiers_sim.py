@@ -68,6 +68,7 @@ LATER_KNOBS = {
     "tail_quantile",
     "tune_clock",
     "bootstrap_causal",
+    "bootstrap_settle",
     "decode_room",
     "reason_weight",
 }

@@ -297,6 +297,13 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "cache fills of requests (0: in one request)",
         "-",
     ),
+    "bootstrap_settle": Knob(
+        False,
+        bool,
+        "tune: the bootstrap window also doubles until its first half picks the same "
+        "candidate (false: the evidence alone decides)",
+        "-",
+    ),
     "bootstrap_causal": Knob(
         False,
         bool,

@@ -23,11 +23,12 @@ workloads it rarely wins its window; it is left out where the user set any of it
 Like Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
 candidate (``hycache.policy.bootstrap``) and scores each (the simulator: tokens reused, on a
 window it doubles until some candidate reused tokens in as many requests as fill the cache
-once, ``has_evidence``); the best wins (``pick_knobs``), ties going to the
-one listed first (the default), and the default keeps its place unless another beats it by
-``margin`` (default ``MARGIN``, the ``hycache`` preset's knob ``tune_margin``). (Plain LRU
-was a candidate once; the value eviction without skipping came within 2.4% of it on the
-Mooncake conversation trace and beat it 2.6x on the synthetic trace in engine mode.)
+once, ``has_evidence``, and, with the knob ``bootstrap_settle``, until the window's first half
+picks the same candidate); the best wins (``pick_knobs``), ties
+going to the one listed first (the default), and the default keeps its place unless another
+beats it by ``margin`` (default ``MARGIN``, the ``hycache`` preset's knob ``tune_margin``).
+(Plain LRU was a candidate once; the value eviction without skipping came within 2.4% of it
+on the Mooncake conversation trace and beat it 2.6x on the synthetic trace in engine mode.)
 """
 
 from __future__ import annotations

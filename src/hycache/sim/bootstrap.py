@@ -38,17 +38,27 @@ class Window:
     #: how many first requests of the source fill the cache once (None: all do not)
     fill: int | None
 
+    @property
+    def half(self) -> int:
+        """The requests of the window's first half (at least one)."""
+        return max(1, self.count // 2)
+
 
 Result = TypeVar("Result")
 
 #: replays ``window`` on a fresh cache built with ``knobs`` over the preset's
 Replay = Callable[[Mapping[str, object], Window], SerialReplay]
 
-#: the same in the run's own mode (``hycache``'s candidates: serial, or engine mode)
-RunReplay = Callable[[Mapping[str, object], Window], HeadReplay]
+#: called on a window replay once the window's first half was served
+Halfway = Callable[[HeadReplay], None]
 
-#: a ``hycache`` candidate's score on a window: the tokens it reused, the requests that did
-WindowReuse = tuple[float, int]
+#: the same in the run's own mode (``hycache``'s candidates: serial, or engine mode), calling
+#: ``halfway`` (when given) once the window's first half was served
+RunReplay = Callable[[Mapping[str, object], Window, Halfway | None], HeadReplay]
+
+#: a ``hycache`` candidate's score on a window: the tokens it reused, the requests that did,
+#: the tokens it reused in the window's first half
+WindowReuse = tuple[float, int, float]
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,7 @@ def choose_knobs(
     *,
     carry: bool = True,
     evidence: float = EVIDENCE_FILLS,
+    settle: bool = False,
     causal: bool = False,
 ) -> Result:
     """``hycache``'s choice (``hycache.policy.tuning.pick_knobs``) among ``candidates``,
@@ -149,7 +160,10 @@ def choose_knobs(
     of a candidate the cache did not run.
     The window must hold evidence (``has_evidence``): it is doubled until some candidate
     reused tokens in ``evidence`` times as many requests as fill the cache once
-    (``Window.fill``), or it holds the whole source."""
+    (``Window.fill``), or it holds the whole source. ``settle``: it is also doubled until
+    its first half (``Window.half``: the window before, once doubled) picks the same
+    candidate, so a pick is trusted only where a window twice as long would not overturn a
+    shorter one's."""
     picked: list[Mapping[str, object]] = []  # causal: the pick, known where the first ran
     while True:
         window = window_of(multiplier)
@@ -160,19 +174,24 @@ def choose_knobs(
             window: Window = window,
             kept: HeadReplays[Mapping[str, object]] = kept,
         ) -> WindowReuse:
-            done = replay(choice, window)
+            halves: list[float] = []
+            done = replay(
+                choice, window, lambda r: halves.append(float(r.cache.stats().reused_tokens))
+            )
             stats = done.cache.stats()
             reused = float(stats.reused_tokens)
             if carry:
                 kept.offer(choice, reused, done)
-            return reused, stats.requests_hit
+            if len(halves) != 1:
+                raise IntegrityError(f"a window replay reported its half {len(halves)} times")
+            return reused, stats.requests_hit, halves[0]
 
         def pick(scores: Sequence[WindowReuse], window: Window = window) -> int | None:
-            hits = [hits for _, hits in scores]
-            if window.whole or (
-                window.fill is not None and has_evidence(hits, window.fill, evidence)
-            ):
-                index = pick_knobs([reused for reused, _ in scores], margin)
+            hits = [hits for _, hits, _ in scores]
+            index = pick_knobs([reused for reused, _, _ in scores], margin)
+            half = pick_knobs([reused for _, _, reused in scores], margin)
+            enough = window.fill is not None and has_evidence(hits, window.fill, evidence)
+            if window.whole or (enough and (not settle or index == half)):
                 if causal:
                     picked.append(candidates[index])
                     return 0  # finished where the first candidate ran, switched to the pick

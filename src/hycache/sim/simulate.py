@@ -4,6 +4,7 @@ then its replay, side by side."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 from hycache.cache.facade import HybridPrefixCache
@@ -14,7 +15,14 @@ from hycache.cache.tierpresets import preset_tiers
 from hycache.errors import ConfigError
 from hycache.policy.bootstrap import Contest, in_order
 from hycache.policy.tuning import CHOSEN_KNOBS, candidates_for
-from hycache.sim.bootstrap import Choice, Window, bootstrap_window, choose_alpha, choose_knobs
+from hycache.sim.bootstrap import (
+    Choice,
+    Halfway,
+    Window,
+    bootstrap_window,
+    choose_alpha,
+    choose_knobs,
+)
 from hycache.sim.carry import HeadReplay
 from hycache.sim.cost import CostModel
 from hycache.sim.disagg import PULLS, replay_disagg
@@ -135,32 +143,44 @@ def _run_policy(
     #: the same for ``hycache``'s candidates, replayed in the run's own mode
     carry_in_mode = config.mode in ("serial", "engine") and config.tiers is None
 
-    def replay(extra: Mapping[str, object], window: Window) -> SerialReplay:
+    def replay(
+        extra: Mapping[str, object], window: Window, halfway: Halfway | None = None
+    ) -> SerialReplay:
         """A bootstrap replay of ``window`` (requests no cache of this size holds are served
-        uncached and counted)."""
+        uncached and counted); ``halfway`` is called on it once the window's first half
+        (``Window.half``) was served."""
         cache = _build(config, preset, capacity, extra)
         done = SerialReplay(
             cache, config.cost, reject_oversized=True, session_idle_s=config.session_idle_s
         )
-        return done.feed(window.requests())
+        requests = iter(window.requests())
+        if halfway is not None:
+            halfway(done.feed(itertools.islice(requests, window.half)))
+        return done.feed(requests)
 
-    def replay_in_mode(extra: Mapping[str, object], window: Window) -> HeadReplay:
-        """``hycache``'s bootstrap replay of ``window`` in the run's own mode. In engine mode
-        requests overlap, so which states are taken, published and reused differs from a
-        serial replay: the engine loop runs on the whole source until the window's requests
-        have left the queue (those that come after wait behind them), and can go on from
-        there (requests no cache of this size holds run alone, uncached)."""
+    def replay_in_mode(
+        extra: Mapping[str, object], window: Window, halfway: Halfway | None = None
+    ) -> HeadReplay:
+        """``hycache``'s bootstrap replay of ``window`` in the run's own mode, ``halfway`` as
+        above. In engine mode requests overlap, so which states are taken, published and
+        reused differs from a serial replay: the engine loop runs on the whole source until
+        the window's requests have left the queue (those that come after wait behind them),
+        and can go on from there (requests no cache of this size holds run alone,
+        uncached)."""
         if config.mode != "engine":
-            return replay(extra, window)
+            return replay(extra, window, halfway)
         cache = _build(config, preset, capacity, extra)
-        return EngineReplay(
+        engine = EngineReplay(
             cache,
             source(),
             config.cost,
             token_budget=cache.config.token_budget or config.token_budget,
             reject_oversized=True,
             session_idle_s=config.session_idle_s,
-        ).run_until(window.count)
+        )
+        if halfway is not None:
+            halfway(engine.run_until(window.half))
+        return engine.run_until(window.count)
 
     def finish(choice: Choice) -> PolicyResult:
         """The replay of the whole source with the bootstrap's choice, which it records."""
@@ -194,6 +214,7 @@ def _run_policy(
             finish,
             carry=carry_in_mode,
             evidence=float(resolved["bootstrap_evidence"] or 0),
+            settle=bool(resolved["bootstrap_settle"]),
             causal=causal,
         )
     return finish(Choice())
