@@ -186,9 +186,9 @@ def main() -> None:
     values = [float(v) for v in args.evidence.split(",")]
     model, requests = args.model, args.requests
 
-    def by_evidence(evidence: float) -> Rule:
+    def by_evidence(evidence: float, *, settle: bool = False) -> Rule:
         def rule(c: Curves) -> tuple[int, int, float]:
-            index, size = pick(c, model, requests, evidence)
+            index, size = pick(c, model, requests, evidence, settle=settle)
             return index, size, c.hit_rate[index]
 
         return rule
@@ -201,13 +201,9 @@ def main() -> None:
         index, size = pick(c, model, requests, EVIDENCE_FILLS)
         return index, size, c.switched(index, size)
 
-    def settled(c: Curves) -> tuple[int, int, float]:
-        index, size = pick(c, model, requests, EVIDENCE_FILLS, settle=True)
-        return index, size, c.hit_rate[index]
-
     rules: list[tuple[str, Rule]] = [
         *((f"evidence {v:g} fills", by_evidence(v)) for v in values),
-        (f"evidence {EVIDENCE_FILLS:g}, settled", settled),
+        (f"evidence {EVIDENCE_FILLS:g}, settled", by_evidence(EVIDENCE_FILLS, settle=True)),
         ("best in hindsight", hindsight),
         ("the default alone", lambda c: (0, 0, c.hit_rate[0])),
         (f"evidence {EVIDENCE_FILLS:g}, switched in", switched_in),

@@ -189,9 +189,11 @@ def choose_knobs(
         def pick(scores: Sequence[WindowReuse], window: Window = window) -> int | None:
             hits = [hits for _, hits, _ in scores]
             index = pick_knobs([reused for reused, _, _ in scores], margin)
-            half = pick_knobs([reused for _, _, reused in scores], margin)
             enough = window.fill is not None and has_evidence(hits, window.fill, evidence)
-            if window.whole or (enough and (not settle or index == half)):
+            if window.whole or (
+                enough
+                and (not settle or index == pick_knobs([half for _, _, half in scores], margin))
+            ):
                 if causal:
                     picked.append(candidates[index])
                     return 0  # finished where the first candidate ran, switched to the pick
