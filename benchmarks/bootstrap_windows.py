@@ -110,16 +110,23 @@ def replay_candidates(args: CellArgs) -> Curves:
 
 
 def pick(
-    curves: Curves, model: str, requests: int, evidence: float, *, settle: bool = False
+    curves: Curves,
+    model: str,
+    requests: int,
+    evidence: float,
+    *,
+    settle: bool = False,
+    returns: bool = True,
 ) -> tuple[int, int]:
     """The candidate ``choose_knobs`` picks with ``bootstrap_evidence`` = ``evidence``, and
     its window's size; ``settle``: also doubled until the pick on the window's first half is
-    the same (``bootstrap_settle``)."""
+    the same (``bootstrap_settle``); ``returns``: the window also waits for sessions to come
+    back (``bootstrap_returns``, on by default)."""
     config = _config(model, "serial")
     source = Source(curves.label, requests)
     multiplier = MULTIPLIER
     while True:
-        window = bootstrap_window(source, config.spec, curves.capacity, multiplier)
+        window = bootstrap_window(source, config.spec, curves.capacity, multiplier, returns=returns)
         last, half = window.count - 1, window.half - 1
         index = pick_knobs([float(r[last]) for r in curves.reused])
         if window.whole:

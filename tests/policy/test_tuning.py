@@ -58,7 +58,7 @@ def test_by_default_the_best_score_wins_and_ties_go_to_the_first() -> None:
 def test_the_clock_candidates_are_left_out_where_the_user_decided() -> None:
     assert candidates_for(()) == CANDIDATES
     clock = [c for c in CANDIDATES if "aging_horizon" in c]
-    assert len(clock) == 2 and all(c["aging_horizon"] == 0 for c in clock)
+    assert len(clock) == 3 and all(c["aging_horizon"] == 0 for c in clock)
     without = tuple(c for c in CANDIDATES if "aging_horizon" not in c)
     assert candidates_for(("aging_horizon",)) == without
     assert candidates_for(("exponent", "aging_horizon")) == without
@@ -72,8 +72,18 @@ def test_the_value_led_candidate_is_left_out_where_the_user_set_its_weighting() 
     assert value_led[0]["reason_weight"] == "chance"
     rest = tuple(c for c in CANDIDATES if c not in value_led)
     assert candidates_for(("exponent",)) == rest
-    assert candidates_for(("reason_weight",)) == rest
+    weighted = tuple(c for c in CANDIDATES if "reason_weight" not in c)
+    assert candidates_for(("reason_weight",)) == weighted
     assert candidates_for(("dead_weight",)) == CANDIDATES
+
+
+def test_the_lineage_candidate_is_left_out_where_the_user_set_its_knobs() -> None:
+    lineage = [c for c in CANDIDATES if c.get("reason_weight") == "lineage"]
+    assert len(lineage) == 1 and "exponent" not in lineage[0]
+    assert lineage[0] in candidates_for(("exponent",))
+    for knob in ("reason_weight", "aging_horizon"):
+        assert lineage[0] not in candidates_for((knob,))
+    assert lineage[0] not in candidates_for((), tune_clock=False)
 
 
 def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,8 +118,8 @@ def _record_windows(monkeypatch: pytest.MonkeyPatch) -> list[Window]:
     recorded: list[Window] = []
     real_window = simulate.bootstrap_window
 
-    def recording(source, spec, capacity, multiplier):  # type: ignore[no-untyped-def]
-        recorded.append(real_window(source, spec, capacity, multiplier))
+    def recording(source, spec, capacity, multiplier, *, returns=False):  # type: ignore[no-untyped-def]
+        recorded.append(real_window(source, spec, capacity, multiplier, returns=returns))
         return recorded[-1]
 
     monkeypatch.setattr(simulate, "bootstrap_window", recording)
@@ -353,3 +363,24 @@ def test_candidates_are_scored_by_replays_in_the_runs_mode(
             expected[way].append((float(stats.reused_tokens), stats.requests_hit, halfway))
     assert expected["engine"] != expected["serial"]  # the modes do tell them apart here
     assert scored[-1] == tuple(expected[mode])
+
+
+@pytest.mark.parametrize("returns", [False, True])
+def test_run_policy_passes_the_bootstrap_returns_knob(
+    monkeypatch: pytest.MonkeyPatch, returns: bool
+) -> None:
+    asked: list[bool] = []
+    real_window = simulate.bootstrap_window
+
+    def spy(source, spec, capacity, multiplier, *, returns=False):  # type: ignore[no-untyped-def]
+        asked.append(returns)
+        return real_window(source, spec, capacity, multiplier, returns=returns)
+
+    monkeypatch.setattr(simulate, "bootstrap_window", spy)
+    spec = load_spec("qwen3-next-80b-a3b")
+    knobs: dict[str, dict[str, KnobValue]] = {"hycache": {"bootstrap_returns": returns}}
+    config = SimulationConfig(spec, CostModel(spec, hardware("h200")), knobs=knobs)
+    source = lambda: generate("chat", requests=40, seed=1)  # noqa: E731
+    run_policy(config, "hycache", 2 * 10**9, source)
+    run_policy(config, "marconi", 2 * 10**9, source)  # Marconi's window: cache fills alone
+    assert asked and asked[0] == returns and asked[-1] is False

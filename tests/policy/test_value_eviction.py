@@ -115,7 +115,7 @@ def test_value_eviction_never_overruns_and_keeps_integrity() -> None:
     assert cache.stats().reused_tokens > 0
 
 
-@pytest.mark.parametrize("reason_weight", ["chance", "rate"])
+@pytest.mark.parametrize("reason_weight", ["chance", "lineage", "rate"])
 def test_a_state_weighs_the_chance_of_one_more_hit_given_those_it_had(
     reason_weight: str,
 ) -> None:
@@ -150,7 +150,7 @@ def test_a_state_weighs_the_chance_of_one_more_hit_given_those_it_had(
     assert view.state_hit_chance(a) == pytest.approx((0 + 4 / 6) / (1 + 1))
     assert view.state_hit_chance(b) == pytest.approx((2 + 4 / 6) / (2 + 1))
     ratio = policy._state_value(a) / policy._state_value(b)
-    if reason_weight == "chance":
+    if reason_weight in ("chance", "lineage"):  # both resumed from: the same weight
         assert ratio == pytest.approx((4 * (4 / 6) / 2) / (2 * (8 / 3) / 3))
     else:
         assert ratio == pytest.approx(4 / 2)

@@ -31,7 +31,7 @@ ARGS = [
 #: defaults changed since the golden run was written: free room, keeping the best kind,
 #: proven kinds first, no chunk-ending checkpoint in the first grid step (a no-op in this
 #: serial run, set for completeness), the dead-tail weight, the tail rule, the learned clock,
-#: the clock candidate and the margin
+#: the clock candidate and the margin, the window that waits for returns
 BEFORE_LATER_RULES = [
     *("--set", "hycache.free_room=false"),
     *("--set", "hycache.keep_best=false"),
@@ -43,6 +43,7 @@ BEFORE_LATER_RULES = [
     *("--set", "hycache.learn_aging=false"),
     *("--set", "hycache.tune_clock=false"),
     *("--set", "hycache.tune_margin=0.1"),
+    *("--set", "hycache.bootstrap_returns=false"),
 ]
 
 
@@ -69,6 +70,7 @@ LATER_KNOBS = {
     "tune_clock",
     "bootstrap_causal",
     "bootstrap_settle",
+    "bootstrap_returns",
     "decode_room",
     "reason_weight",
 }

@@ -164,6 +164,11 @@ class Admitter:
             reused_pages=self._pages(path, hit),
             kv_read_end=read_end,
             in_place_pages=self._in_place(kv_locked, hit),
+            generation=(
+                self.notes.generation(locked) + 1
+                if source is not None and locked is not None
+                else 0
+            ),
         )
         self.counters.in_place_tokens += read_end - hit
         if spares and not any(p.position <= n for p in plan.checkpoints):

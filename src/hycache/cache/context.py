@@ -99,6 +99,14 @@ class CacheView:
         settled = ladder.at(hits) - ladder.live_at(hits)
         return (ladder.at(hits + 1) + chance) / (settled + 1)
 
+    def state_lineage_chance(self, node: Node) -> float:
+        notes = self._notes
+        if notes.state_hits(node):
+            return self.state_hit_chance(node)
+        return notes.generation_odds.chance(
+            notes.reason(node), notes.generation(node), self.state_hit_chance(node)
+        )
+
     def mean_state_reuse_rate(self) -> float:
         c = self._counters
         return (sum(c.reason_hits.values()) + 1) / (sum(c.reason_inserted.values()) + 2)

@@ -107,9 +107,11 @@ HYCACHE_KNOBS: dict[str, Knob] = {
     "reason_weight": Knob(
         "rate",
         str,
-        "value eviction (with by_reason): rate (a state's reason's hits per state stored) or "
+        "value eviction (with by_reason): rate (a state's reason's hits per state stored), "
         "chance (the chance a state is resumed from once more, given the hits it has had, "
-        "learned per checkpoint reason)",
+        "learned per checkpoint reason) or lineage (chance, a state not yet resumed from "
+        "judged by its generation: how many times its conversation was resumed from the cache "
+        "in a row)",
         "-",
         REASON_WEIGHTS,
     ),
@@ -302,6 +304,14 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         bool,
         "tune: the bootstrap window also doubles until its first half picks the same "
         "candidate (false: the evidence alone decides)",
+        "-",
+    ),
+    "bootstrap_returns": Knob(
+        True,
+        bool,
+        "tune: the bootstrap window also holds the bootstrap multiplier times the median "
+        "number of requests after which a session's next request arrives, estimated on the "
+        "window (false: cache fills alone)",
         "-",
     ),
     "bootstrap_causal": Knob(

@@ -76,7 +76,7 @@ class Inserter:
         if plan is None:
             cached = 0  # cannot place the KV: store nothing
         path = acc.insert_path(key, ns, plan) if plan is not None else []
-        inserted, refused = self._store(path, key, ns, candidates, cached)
+        inserted, refused = self._store(path, key, ns, candidates, cached, lease.generation)
         if running:
             self.pool.free("recurrent", running)
         if self.states is not None and path:
@@ -121,7 +121,7 @@ class Inserter:
             return PublishResult(0, ())
         path = acc.insert_path(key, ns, plan)
         due = {p: lease.checkpoints.pop(p) for p in sorted(lease.checkpoints) if p <= upto}
-        stored, _refused = self._store(path, key, ns, due, upto)
+        stored, _refused = self._store(path, key, ns, due, upto, lease.generation)
         lease.published = [self.tree.boundary_on_path(path, p) for p in stored]  # no split:
         # a stored state sits at a node end, and store_states kept ``path`` current
         node = acc.split_at(key, upto, ns)
@@ -158,9 +158,10 @@ class Inserter:
         ns: str | None,
         candidates: dict[int, tuple[int, str]],
         cached: int,
+        generation: int,
     ) -> tuple[list[int], list[int]]:
         if self.states is None:
             for slot, _reason in candidates.values():
                 self.pool.free("recurrent", [slot])
             return [], sorted(candidates)
-        return self.states.store_states(path, key, ns, candidates, cached)
+        return self.states.store_states(path, key, ns, candidates, cached, generation)

@@ -59,6 +59,9 @@ class Lease:
     #: a KV-only lock deeper than ``locked``: attention matched past the state the request
     #: resumes from, and it reads that cached KV in place while recomputing the state
     kv_locked: Node | None = None
+    #: the generation of the states the request stores: one more than that of the state it
+    #: resumed from, 0 where it resumed from none (``hycache.cache.generations``)
+    generation: int = 0
     #: state slots reserved at admission for prefill checkpoints (freed when the prefill ends)
     spare_slots: list[int] = field(default_factory=list)
     #: the shared prefix length (its ``kv_hit``) whose missing state the spare was reserved for

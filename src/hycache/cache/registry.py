@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from hycache.cache.generations import GenerationOdds
 from hycache.cache.ladder import HitLadder
 from hycache.cache.lease import Lease
 from hycache.errors import CacheUsageError
@@ -55,7 +56,9 @@ class NodeNotes:
     """Per-node notes kept beside the tree: the session that owns a node (set by ``claim``,
     live until ``end_session``), the reason a state was checkpointed for and the hits it had
     since it was stored, and per reason the ladder of those hits (``HitLadder``; kept, like
-    the cache's counters, when the cache is cleared)."""
+    the cache's counters, when the cache is cleared); and each stored state's generation,
+    with per reason and generation the states resumed from or gone unused
+    (``GenerationOdds``, kept likewise)."""
 
     def __init__(self) -> None:
         self.live_sessions: set[str] = set()
@@ -63,6 +66,8 @@ class NodeNotes:
         self._reason: dict[Node, str] = {}
         self._state_hits: dict[Node, int] = {}
         self._ladders: dict[str, HitLadder] = {}
+        self._generation: dict[Node, int] = {}
+        self.generation_odds = GenerationOdds()
 
     def start_session(self, session: str) -> None:
         self.live_sessions.add(session)
@@ -87,11 +92,21 @@ class NodeNotes:
         self._reason[node] = reason
         self._state_hits[node] = 0
 
+    def note_generation(self, node: Node, generation: int) -> None:
+        """The state just stored at ``node`` is of ``generation`` (``GenerationOdds``)."""
+        self._generation[node] = generation
+
+    def generation(self, node: Node) -> int:
+        """The generation of the state at ``node`` (0 where none was noted)."""
+        return self._generation.get(node, 0)
+
     def count_state_hit(self, node: Node) -> None:
         """A request resumed from the state at ``node``: one rung up its reason's ladder."""
         hits = self._state_hits.get(node, 0) + 1
         self._state_hits[node] = hits
         reason = self.reason(node)
+        if hits == 1:
+            self.generation_odds.first_hit(reason, self.generation(node))
         ladder = self._ladders.get(reason)
         if ladder is None:
             ladder = self._ladders[reason] = HitLadder()
@@ -99,7 +114,11 @@ class NodeNotes:
 
     def state_gone(self, node: Node) -> None:
         """The state at ``node`` left the cache (its reason note stays for the stats)."""
+        stored = node in self._state_hits
         hits = self._state_hits.pop(node, 0)
+        generation = self._generation.pop(node, 0)
+        if stored and not hits:
+            self.generation_odds.left_unused(self.reason(node), generation)
         if hits:
             ladder = self._ladders.get(self.reason(node))
             if ladder is not None:

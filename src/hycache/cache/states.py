@@ -52,9 +52,11 @@ class StateStore:
         slot: int,
         reason: str,
         cached: int,
+        generation: int = 0,
     ) -> bool:
         """Hand state ``slot`` (taken at ``position``) to the tree if admitted; ``path`` is the
-        insert path of ``key`` (kept current as nodes split)."""
+        insert path of ``key`` (kept current as nodes split); ``generation``: see
+        ``hycache.cache.generations``."""
         if position > cached:
             return False
         if self.admission.uses_sightings:
@@ -76,6 +78,7 @@ class StateStore:
         self.counters.states_inserted += 1
         self.counters.reason_inserted[reason] += 1
         self.notes.note_reason(node, reason)
+        self.notes.note_generation(node, generation)
         self.eviction.on_insert(node, self.recurrent)
         return True
 
@@ -86,14 +89,16 @@ class StateStore:
         ns: str | None,
         candidates: dict[int, tuple[int, str]],
         cached: int,
+        generation: int = 0,
     ) -> tuple[list[int], list[int]]:
-        """Hand each candidate state (position -> (slot, reason)) to the tree; the slots of
-        refused ones are freed. Returns the positions (stored, refused)."""
+        """Hand each candidate state (position -> (slot, reason)) to the tree, each of
+        ``generation``; the slots of refused ones are freed. Returns the positions (stored,
+        refused)."""
         stored: list[int] = []
         refused: list[int] = []
         for position in sorted(candidates):
             slot, reason = candidates[position]
-            if self.store_state(path, key, ns, position, slot, reason, cached):
+            if self.store_state(path, key, ns, position, slot, reason, cached, generation):
                 stored.append(position)
             else:
                 refused.append(position)

@@ -20,6 +20,13 @@ oracle finds that by raising alpha; here the flat clock, values raised to
 given the hits it has had (``reason_weight`` ``chance``) stand for it. On the built-in
 workloads it rarely wins its window; it is left out where the user set any of its knobs.
 
+The lineage candidate: the flat clock and each state not yet resumed from weighed by the
+chance learned for its generation (``reason_weight`` ``lineage``, ``hycache.cache.generations``):
+where the cache holds only a few of many live conversations, it keeps serving those it kept
+instead of trading them for new ones. It needs a window that sees conversations come back
+(the simulator's ``bootstrap_returns``); it is left out where the user set ``reason_weight`` or
+``aging_horizon``.
+
 Like Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
 candidate (``hycache.policy.bootstrap``) and scores each (the simulator: tokens reused, on a
 window it doubles until some candidate reused tokens in as many requests as fill the cache
@@ -52,6 +59,7 @@ CANDIDATES: tuple[Mapping[str, object], ...] = (
         "exponent": VALUE_LED_EXPONENT,
         "reason_weight": "chance",
     },
+    {"eviction": "value", "adaptive": True, "aging_horizon": 0, "reason_weight": "lineage"},
 )
 #: the knobs every candidate sets: a user who sets one of them turns tuning off
 CHOSEN_KNOBS = frozenset({"eviction", "adaptive"})

@@ -83,30 +83,87 @@ class Choice:
         return {**self.knobs, "window_requests": self.window_requests}
 
 
-def bootstrap_window(source: Source, spec: ModelSpec, capacity: int, multiplier: int) -> Window:
+def bootstrap_window(
+    source: Source, spec: ModelSpec, capacity: int, multiplier: int, *, returns: bool = False
+) -> Window:
     """The first ``multiplier`` x (requests whose tokens fill ``capacity`` once) requests, as a
-    source (a list, unless ``source`` is a :class:`PrefixSource`)."""
+    source (a list, unless ``source`` is a :class:`PrefixSource`). ``returns``: then, while
+    the median return distance estimated on the window (``ReturnDistances.median``) is more
+    than a ``multiplier``-th of it, the window grows to ``multiplier`` x that median, so that
+    it shows a candidate keeping conversations until they come back, not only filling."""
     window: list[Request] = []
     keep = not isinstance(source, PrefixSource)
     count = 0
     filled = 0
     fill_count: int | None = None
+    target: int | None = None
+    distances = ReturnDistances() if returns else None
     per_token = spec.kv_bytes_per_token
+    whole = True
     for request in source():
         count += 1
         if keep:
             window.append(request)
+        if distances is not None:
+            distances.see(request)
         if fill_count is None:
             filled += (request.prompt_len + request.output_len) * per_token + 2 * spec.state_bytes
             if filled >= capacity:
                 fill_count = count
-        if fill_count is not None and count >= multiplier * fill_count:
-            break
-    whole = fill_count is None or count < multiplier * fill_count
+                target = multiplier * fill_count
+        if target is not None and count >= target:
+            median = None if distances is None else distances.median()
+            if median is None or multiplier * median <= count:
+                whole = False
+                break
+            target = multiplier * median
     if isinstance(source, PrefixSource):
         prefix = source
         return Window(lambda: prefix.window(0, count), count, whole, fill_count)
     return Window(lambda: window, count, whole, fill_count)
+
+
+class ReturnDistances:
+    """How many requests after a session's request its next one arrives (a conversation's
+    next turn), over the requests seen so far."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str | None, str], int] = {}
+        self._returns: list[int] = []
+        self._seen = 0
+
+    def see(self, request: Request) -> None:
+        """Count ``request``, the next one of the stream."""
+        self._seen += 1
+        if request.session is None:
+            return
+        key = (request.namespace, request.session)
+        last = self._last.get(key)
+        if last is not None:
+            self._returns.append(self._seen - last)
+        self._last[key] = self._seen
+
+    def median(self) -> int | None:
+        """The median distance, a session's latest request so far counted as one whose next
+        has not come yet (Kaplan-Meier: a stream's head sees the short returns first and
+        would otherwise understate it); None where fewer than half are seen to come back."""
+        ends = sorted(
+            [(distance, 1) for distance in self._returns]
+            + [(self._seen - last, 0) for last in self._last.values()]
+        )
+        at_risk, survival, i = len(ends), 1.0, 0
+        while i < len(ends):
+            distance, returned, tied = ends[i][0], 0, 0
+            while i < len(ends) and ends[i][0] == distance:
+                returned += ends[i][1]
+                tied += 1
+                i += 1
+            if returned:
+                survival *= 1 - returned / at_risk
+                if survival <= 0.5:
+                    return distance
+            at_risk -= tied
+        return None
 
 
 def choose_alpha(

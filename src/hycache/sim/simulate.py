@@ -199,13 +199,16 @@ def _run_policy(
         return choose_alpha(window, replay, contest, finish, carry=carry)
     if preset == "hycache" and resolved["tune"] and not CHOSEN_KNOBS & set(knobs):
         causal = bool(resolved["bootstrap_causal"])
+        returns = bool(resolved["bootstrap_returns"])
         if causal and not carry_in_mode:
             raise ConfigError(
                 "hycache.bootstrap_causal needs a serial or engine run without tiers (it goes "
                 "on from the window replay)"
             )
         return choose_knobs(
-            lambda multiplier: bootstrap_window(source, config.spec, capacity, multiplier),
+            lambda multiplier: bootstrap_window(
+                source, config.spec, capacity, multiplier, returns=returns
+            ),
             int(resolved["bootstrap_multiplier"] or 5),
             candidates_for(knobs, tune_clock=bool(resolved["tune_clock"])),
             float(resolved["tune_margin"] or 0),

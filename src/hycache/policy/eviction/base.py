@@ -67,6 +67,11 @@ class EvictionContext(Protocol):
         else ``(states that had a (k+1)-th hit + c0) / (states that had a k-th, less those
         still stored with k, + 1)``, ``c0`` being the chance for ``k`` = 0."""
 
+    def state_lineage_chance(self, node: Node) -> float:
+        """``state_hit_chance`` for a state resumed from before; for one not yet, the chance
+        learned for its reason and generation (``hycache.cache.generations``), with
+        ``state_hit_chance``'s as the prior of generation 0."""
+
     def mean_state_reuse_rate(self) -> float:
         """``(hits + 1) / (stored + 2)`` over the states of every checkpoint reason."""
 

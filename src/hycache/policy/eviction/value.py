@@ -51,9 +51,10 @@ WALK_LIMIT = 64
 CHEAP_GUESS_SHARE = 1 / 64
 TYPICAL_WINDOW = 64
 #: how ``by_reason`` weighs a state: its reason's hits per state stored (``state_reuse_rate``),
-#: or the chance that it is resumed from once more given the hits it has had
-#: (``EvictionContext.state_hit_chance``)
-REASON_WEIGHTS = ("rate", "chance")
+#: the chance that it is resumed from once more given the hits it has had
+#: (``EvictionContext.state_hit_chance``), or that chance with a state not yet resumed from
+#: judged by its generation (``EvictionContext.state_lineage_chance``)
+REASON_WEIGHTS = ("rate", "chance", "lineage")
 #: the weight of KV on a leaf that holds no state (no request can resume inside it); chosen on
 #: the tune split by the sweep (docs/benchmarks.md, "Thresholds on the tune split")
 DEAD_WEIGHT = 0.05
@@ -174,6 +175,8 @@ class ValueEviction(HeapEviction):
         if self.by_reason:
             if self.reason_weight == "chance":
                 weight *= view.state_hit_chance(node)
+            elif self.reason_weight == "lineage":
+                weight *= view.state_lineage_chance(node)
             else:
                 weight *= view.state_reuse_rate(node)
         density: float = (saved / size) ** self.exponent
