@@ -69,6 +69,8 @@ VARIANTS = (
     Variant("tune_clock", ("hycache.tune_clock=false",)),
     # the default's own exponent, set: the bootstrap leaves the value-led candidate out
     Variant("value_led", ("hycache.exponent=0.5",)),
+    Variant("lineage", ("hycache.tune_lineage=false",)),
+    Variant("returns", ("hycache.bootstrap_returns=false",)),
     Variant("adaptive", ("hycache.adaptive=false",)),
     Variant("free_room", ("hycache.free_room=false",)),
     Variant("keep_best", ("hycache.keep_best=false",)),

@@ -84,6 +84,8 @@ def test_the_lineage_candidate_is_left_out_where_the_user_set_its_knobs() -> Non
     for knob in ("reason_weight", "aging_horizon"):
         assert lineage[0] not in candidates_for((knob,))
     assert lineage[0] not in candidates_for((), tune_clock=False)
+    without = candidates_for((), tune_lineage=False)
+    assert without == tuple(c for c in CANDIDATES if c is not lineage[0])
 
 
 def test_run_policy_passes_the_tune_margin_knob(monkeypatch: pytest.MonkeyPatch) -> None:

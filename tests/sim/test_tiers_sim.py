@@ -71,6 +71,7 @@ LATER_KNOBS = {
     "bootstrap_causal",
     "bootstrap_settle",
     "bootstrap_returns",
+    "tune_lineage",
     "decode_room",
     "reason_weight",
 }

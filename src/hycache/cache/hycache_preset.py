@@ -186,6 +186,13 @@ HYCACHE_KNOBS: dict[str, Knob] = {
         "aging_horizon is set",
         "-",
     ),
+    "tune_lineage": Knob(
+        True,
+        bool,
+        "tune: also try the lineage candidate (flat clock, reason_weight lineage) unless "
+        "reason_weight or aging_horizon is set",
+        "-",
+    ),
     "bootstrap_multiplier": Knob(
         5,
         int,

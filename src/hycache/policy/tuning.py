@@ -25,7 +25,7 @@ chance learned for its generation (``reason_weight`` ``lineage``, ``hycache.cach
 where the cache holds only a few of many live conversations, it keeps serving those it kept
 instead of trading them for new ones. It needs a window that sees conversations come back
 (the simulator's ``bootstrap_returns``); it is left out where the user set ``reason_weight`` or
-``aging_horizon``.
+``aging_horizon``, or turned it off (the ``hycache`` preset's knob ``tune_lineage``).
 
 Like Marconi's alpha, the choice is made once: the caller replays a bootstrap window with every
 candidate (``hycache.policy.bootstrap``) and scores each (the simulator: tokens reused, on a
@@ -77,16 +77,17 @@ EVIDENCE_FILLS = 1.0
 
 
 def candidates_for(
-    user_knobs: Collection[str], *, tune_clock: bool = True
+    user_knobs: Collection[str], *, tune_clock: bool = True, tune_lineage: bool = True
 ) -> tuple[Mapping[str, object], ...]:
     """The candidates worth replaying when the user set ``user_knobs``: none that would
-    override a knob the user set beyond ``CHOSEN_KNOBS``, and no clock candidate unless
-    ``tune_clock``."""
+    override a knob the user set beyond ``CHOSEN_KNOBS``, no clock candidate unless
+    ``tune_clock`` and no lineage candidate unless ``tune_lineage``."""
     return tuple(
         candidate
         for candidate in CANDIDATES
         if not (set(candidate) - CHOSEN_KNOBS) & set(user_knobs)
         and (tune_clock or "aging_horizon" not in candidate)
+        and (tune_lineage or candidate.get("reason_weight") != "lineage")
     )
 
 

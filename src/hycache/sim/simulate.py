@@ -210,7 +210,11 @@ def _run_policy(
                 source, config.spec, capacity, multiplier, returns=returns
             ),
             int(resolved["bootstrap_multiplier"] or 5),
-            candidates_for(knobs, tune_clock=bool(resolved["tune_clock"])),
+            candidates_for(
+                knobs,
+                tune_clock=bool(resolved["tune_clock"]),
+                tune_lineage=bool(resolved["tune_lineage"]),
+            ),
             float(resolved["tune_margin"] or 0),
             replay_in_mode,
             contest,
