@@ -2,8 +2,9 @@
 resumed from and how many left the cache unused; what the cache's view reads to tell the
 chance that a state not yet resumed from will be (``CacheView.state_lineage_chance``).
 
-A state's *generation* is one more than that of the nearest state above it on its path that
-has been resumed from, or 0 where there is none (``NodeNotes.note_generation``). A
+A state's *generation* is one more than that of the state its request resumed from, or 0
+where the request resumed from none (``Lease.generation``, noted by
+``NodeNotes.note_generation``). A
 conversation served from the cache turn after turn stores states of rising generations; a
 new one starts at 0. Where the cache can keep only a few conversations, the ones it already
 kept are the ones likely to come back while still cached, and the odds per generation learn

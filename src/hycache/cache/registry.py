@@ -93,8 +93,10 @@ class NodeNotes:
         self._state_hits[node] = 0
 
     def note_generation(self, node: Node, generation: int) -> None:
-        """The state just stored at ``node`` is of ``generation`` (``GenerationOdds``)."""
-        self._generation[node] = generation
+        """The state just stored at ``node`` is of ``generation`` (``GenerationOdds``); only
+        the generations above 0 are kept (``generation`` reads 0 for the rest)."""
+        if generation:
+            self._generation[node] = generation
 
     def generation(self, node: Node) -> int:
         """The generation of the state at ``node`` (0 where none was noted)."""
